@@ -1,0 +1,197 @@
+"""Writing captures safely.
+
+The agent runs as root, so every file it creates is created relative to a
+directory file descriptor it opened itself, with O_NOFOLLOW|O_EXCL: a symlink
+an ordinary user planted cannot redirect a write. Files are 0600 and
+directories 0700 (0640/0750 with group_readable).
+
+Segments: rows go into `.NNNNNN.arrow.partial` and the segment is closed and
+renamed to `NNNNNN.arrow` about a second after its first row, so a SIGKILL or
+a power loss costs at most that second.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import time
+
+import pyarrow as pa
+
+from slotscope.analyzer.capture import schema_tag
+
+SEGMENT_SECONDS = 1.0
+
+
+class CaptureWriteError(Exception):
+    """Writing the capture failed (disk full, permissions...); the message says what was kept."""
+
+
+def _check_output_path(path: str, force: bool) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise CaptureWriteError(f"{path}: is a symbolic link; refusing to write a capture through it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise CaptureWriteError(f"{path}: exists and is not a directory")
+    if st.st_uid != os.geteuid():
+        raise CaptureWriteError(f"{path}: owned by uid {st.st_uid}, not by us; refusing to write into it")
+    if os.listdir(path) and not force:
+        raise CaptureWriteError(f"{path}: exists and is not empty (use --force to write into it anyway)")
+
+
+class CaptureDir:
+    def __init__(self, path: str, force: bool = False, group_readable: bool = False):
+        self.path = path
+        self.file_mode = 0o640 if group_readable else 0o600
+        self.dir_mode = 0o750 if group_readable else 0o700
+        _check_output_path(path, force)
+        parent = os.path.dirname(os.path.abspath(path)) or "/"
+        base = os.path.basename(os.path.abspath(path))
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            try:
+                os.mkdir(base, self.dir_mode, dir_fd=pfd)
+            except FileExistsError:
+                pass  # checked above: our own directory, empty or --force
+            self.fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=pfd)
+        finally:
+            os.close(pfd)
+        st = os.fstat(self.fd)
+        if st.st_uid != os.geteuid():  # swapped between the check and the open
+            os.close(self.fd)
+            raise CaptureWriteError(f"{path}: changed owner while being opened; refusing")
+        os.fchmod(self.fd, self.dir_mode)
+
+    def subdir(self, name: str) -> int:
+        try:
+            os.mkdir(name, self.dir_mode, dir_fd=self.fd)
+        except FileExistsError:
+            pass
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
+
+    def create(self, name: str, dir_fd: int | None = None):
+        """A new file, never an existing one or a link."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, self.file_mode, dir_fd=self.fd if dir_fd is None else dir_fd)
+        return os.fdopen(fd, "wb")
+
+    def replace_json(self, name: str, obj: dict) -> None:
+        tmp = f".{name}.tmp"
+        try:
+            os.unlink(tmp, dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+        with self.create(tmp) as f:
+            f.write(json.dumps(obj, indent=2, sort_keys=True, default=str).encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class TableWriter:
+    def __init__(self, capture: CaptureDir, name: str, schema: pa.Schema, major: int):
+        self.capture = capture
+        self.name = name
+        self.schema = schema.with_metadata({**(schema.metadata or {}), **schema_tag(name, major)})
+        self.dir_fd = capture.subdir(name)
+        self.seq = 0
+        self.rows = 0
+        self.segments = 0
+        self._file = self._writer = None
+        self._opened_at = 0.0
+
+    def _partial(self) -> str:
+        return f".{self.seq:06d}.arrow.partial"
+
+    def append(self, table: pa.Table | pa.RecordBatch) -> None:
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            self.seq += 1
+            self._file = self.capture.create(self._partial(), self.dir_fd)
+            self._writer = pa.ipc.new_file(self._file, self.schema)
+            self._opened_at = time.monotonic()
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self._writer.write_table(table.cast(self.schema))
+        self.rows += table.num_rows
+
+    def tick(self, now: float | None = None) -> None:
+        if self._writer is not None and (now or time.monotonic()) - self._opened_at >= SEGMENT_SECONDS:
+            self.close_segment()
+
+    def close_segment(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._writer = self._file = None
+        os.rename(self._partial(), f"{self.seq:06d}.arrow", src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        self.segments += 1
+
+    def close(self) -> None:
+        self.close_segment()
+        os.close(self.dir_fd)
+
+
+class CaptureWriter:
+    """The capture as the agent sees it: named tables and meta.json."""
+
+    def __init__(self, path: str, schemas: dict[str, tuple[pa.Schema, int]],
+                 force: bool = False, group_readable: bool = False):
+        self.dir = CaptureDir(path, force, group_readable)
+        self.path = path
+        self._schemas = schemas
+        self.tables: dict[str, TableWriter] = {}
+        self.failed: str | None = None
+
+    def _table(self, name: str) -> TableWriter:
+        if name not in self.tables:
+            schema, major = self._schemas[name]
+            self.tables[name] = TableWriter(self.dir, name, schema, major)
+        return self.tables[name]
+
+    def _guard(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except OSError as exc:
+            kept = sum(t.segments for t in self.tables.values())
+            why = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
+            self.failed = f"writing {what} to {self.path} failed: {why}; {kept} finished segments kept"
+            raise CaptureWriteError(self.failed) from None
+
+    def append(self, name: str, table: pa.Table | pa.RecordBatch) -> None:
+        self._guard(name, lambda: self._table(name).append(table))
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for t in self.tables.values():
+            self._guard(t.name, t.tick, now)
+
+    def write_meta(self, meta: dict) -> None:
+        self._guard("meta.json", self.dir.replace_json, "meta.json", meta)
+
+    def size_bytes(self) -> int:
+        total = 0
+        for name in self.tables:
+            folder = os.path.join(self.path, name)
+            for entry in os.scandir(folder):
+                total += entry.stat(follow_symlinks=False).st_size
+        return total
+
+    def close(self) -> None:
+        for t in self.tables.values():
+            try:
+                t.close()
+            except OSError:
+                pass  # the partial segment stays a dotfile: readers skip it
+        self.dir.close()

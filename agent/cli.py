@@ -1,0 +1,158 @@
+"""The `slotscope` command. Subcommands import what they need lazily: analyze and
+dump work without bcc, and nothing here imports textual unless the TUI runs."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EPILOG = "Run `slotscope doctor` to see what this machine can trace."
+
+
+def _record(args) -> int:
+    from .recorder import RecordError, RecordOptions, record
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
+                         pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
+                         group_readable=args.group_readable, status=not args.quiet)
+    try:
+        return record(opts, sys.argv)
+    except RecordError as exc:
+        print(f"slotscope record: {exc}", file=sys.stderr)
+        return 1
+
+
+def _doctor(args) -> int:
+    from .doctor import run_doctor
+    return run_doctor()
+
+
+def _open_job(paths):
+    from slotscope.analyzer.capture import CaptureError
+    from slotscope.analyzer.job import Job
+    try:
+        return Job.open(paths)
+    except CaptureError as exc:
+        print(f"slotscope: {exc}", file=sys.stderr)
+        return None
+
+
+def _analyze(args) -> int:
+    from slotscope.analyzer.analysis import analyze, render_text
+    from slotscope.analyzer.capture import CaptureError
+
+    from .meta import slotscope_version
+
+    job = _open_job(args.captures)
+    if job is None:
+        return 1
+    try:
+        result = analyze(job, slotscope_version())
+    except CaptureError as exc:
+        print(f"slotscope: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print(render_text(result))
+    return 0
+
+
+def _dump(args) -> int:
+    import pyarrow.csv as pacsv
+
+    from slotscope.analyzer.capture import CaptureError
+
+    job = _open_job([args.capture])
+    if job is None:
+        return 1
+    cap = job.captures[0]
+    try:
+        table = cap.read(args.table)
+    except CaptureError as exc:
+        print(f"slotscope: {exc}", file=sys.stderr)
+        return 1
+    for p in cap.problems:
+        print(f"slotscope: {p}", file=sys.stderr)
+    if table is None:
+        known = ", ".join(cap.tables()) or "none"
+        print(f"slotscope: no rows in table '{args.table}' (tables with data: {known})", file=sys.stderr)
+        return 1 if args.table not in cap.tables() else 0
+    if args.format == "csv":
+        flat = table.select([f.name for f in table.schema if not _nested(f.type)])
+        pacsv.write_csv(flat, sys.stdout.buffer)
+    else:
+        for row in table.to_pylist():
+            sys.stdout.write(json.dumps(row, default=str) + "\n")
+    return 0
+
+
+def _nested(t) -> bool:
+    import pyarrow as pa
+    return pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_struct(t)
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+    return run_demo(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slotscope", description="Why does the checkpoint save stall on NFS?",
+                                epilog=EPILOG)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("doctor", help="what this machine can trace, and why not")
+    d.set_defaults(func=_doctor)
+
+    r = sub.add_parser("record", help="trace and write a capture (root)",
+                       description="Trace file syscalls (and NFS/RPC where the kernel has them) into a capture "
+                                   "directory. By default only files on NFS mounts are recorded.")
+    r.add_argument("-o", "--output", required=True, help="capture directory to create (local disk)")
+    r.add_argument("--duration", type=float, help="stop after this many seconds")
+    r.add_argument("--path", action="append", default=[], metavar="PREFIX",
+                   help="only files under this path (repeatable); implies --fs any unless --fs is given")
+    r.add_argument("--fs", metavar="TYPE", help="only files on this filesystem type (nfs: nfs and nfs4; any: all)")
+    r.add_argument("--pid", action="append", type=int, default=[], help="only this process and its descendants")
+    r.add_argument("--cgroup", metavar="PATH", help="only tasks in this cgroup v2 directory (and below)")
+    r.add_argument("--force", action="store_true", help="write into an existing non-empty directory")
+    r.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
+    r.add_argument("-q", "--quiet", action="store_true", help="no status line")
+    r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
+                   help="trace this command and its descendants; stop when it exits")
+    r.set_defaults(func=_record)
+
+    a = sub.add_parser("analyze", help="name the cause of a stall from captures")
+    a.add_argument("captures", nargs="+", metavar="CAPTURE")
+    a.add_argument("--json", action="store_true", help="machine output (DESIGN.md's JSON contract)")
+    a.set_defaults(func=_analyze)
+
+    du = sub.add_parser("dump", help="print one table of a capture")
+    du.add_argument("capture")
+    du.add_argument("--table", "-t", required=True)
+    du.add_argument("-O", "--format", choices=("csv", "json"), default="csv")
+    du.set_defaults(func=_dump)
+
+    de = sub.add_parser("demo", help="run the main job on the embedded default and print its analysis (root)")
+    de.add_argument("--ranks", type=int, default=4)
+    de.add_argument("--keep", metavar="DIR", help="keep the capture in DIR")
+    de.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

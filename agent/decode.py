@@ -1,0 +1,198 @@
+"""Turn batches of raw events into `syscall` rows, in bulk.
+
+The write family, the bulk of any storm, is matched to files with vectorised
+lookups. Only the calls that change the fd table or name a path (open, close,
+dup, rename, stat, ...) are handled one by one; they are few.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from .files import AT_FDCWD, UNKNOWN, FdTable, FileRegistry
+from .identity import Identities
+from .layouts import (BOOKKEEPING_OPS, CLONE_THREAD, DUP_OPS, OP_NAME, OP_NUMBER, OPEN_OPS, OPS,
+                      PROC_EXEC, PROC_EXIT, PROC_NEWTASK, WRITE_OPS)
+from .tables import SYSCALL
+
+AT_EMPTY_PATH = 0x1000
+FD_OPS = WRITE_OPS | {"fsync", "fdatasync", "sync_file_range", "close", "ftruncate"}
+_FD_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in FD_OPS), np.uint16)
+_WRITE_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in WRITE_OPS), np.uint16)
+_SYSCALL_TYPE = SYSCALL.field("syscall").type
+_OP_DICT = pa.array(("?",) + OPS, pa.string())   # index = op number
+
+
+class Decoder:
+    def __init__(self, registry: FileRegistry, identities: Identities, ignore_fd=None):
+        self.registry = registry
+        self.fds = FdTable()
+        self.identities = identities
+        self.ignore_fd = ignore_fd or (lambda tgid, fd, gen: None)
+        self._ignored: set[tuple[int, int]] = set()
+        self._paths: dict[tuple[int, int, int], str] = {}
+        self._exits: list[int] = []
+        self.unnamed = 0   # rows dropped because their fd could not be named
+
+    # ---- process events ----
+    def _procs(self, procs: np.ndarray) -> None:
+        for tgid in self._exits:  # deferred one batch: their last syscalls may come after the exit
+            self.fds.drop_process(tgid)
+            self.registry.forget(tgid)
+        self._exits = []
+        for ev in procs.tolist() if procs.size else ():
+            ts, clone_flags, tid, tgid, _ptid, kind = ev
+            if kind == PROC_NEWTASK and not clone_flags & CLONE_THREAD:
+                self.fds.fork(tgid, tid, ts)
+                self.identities.note_fork(tgid, tid)
+                if tgid in self.registry.cwd:
+                    self.registry.cwd[tid] = self.registry.cwd[tgid]
+            elif kind == PROC_EXEC:
+                self.identities.exec_(tgid, ts)
+            elif kind == PROC_EXIT:
+                self._exits.append(tid)
+
+    # ---- paths ----
+    def _take_paths(self, paths: np.ndarray) -> None:
+        for ts, tid, _len, slot, _pad, raw in paths.tolist() if paths.size else ():
+            self._paths[(tid, ts, slot)] = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+    def _path(self, tid: int, ts: int, slot: int) -> str | None:
+        return self._paths.pop((tid, ts, slot), None)
+
+    def _absolute(self, tgid: int, dirfd: int, path: str | None, t: int) -> str | None:
+        if path is None:
+            return None
+        if path.startswith("/"):
+            return os.path.normpath(path)
+        if dirfd == AT_FDCWD:
+            base = self.registry.cwd_of(tgid)
+        else:
+            at = self.fds.at(FdTable.key(tgid, dirfd), t)
+            base = self.registry.files[at[1]].path if at and at[1] >= 0 else None
+        return os.path.normpath(os.path.join(base, path)) if base else None
+
+    # ---- the one-by-one calls ----
+    def _structural(self, ev: np.ndarray, idx: np.ndarray, fids: np.ndarray, path2: list) -> None:
+        order = idx[np.argsort(ev["ts_exit"][idx], kind="stable")]
+        for i in order.tolist():
+            op = OP_NAME[int(ev["op"][i])]
+            tid, tgid = int(ev["tid"][i]), int(ev["tgid"][i])
+            t0, t1, ret = int(ev["ts_enter"][i]), int(ev["ts_exit"][i]), int(ev["ret"][i])
+            fd, fd2 = int(ev["fd"][i]), int(ev["fd2"][i])
+            if op == "close":
+                at = self.fds.at(FdTable.key(tgid, fd), t0)
+                fids[i] = at[1] if at else self.registry.from_proc(tgid, fd)
+                if ret == 0:
+                    self.fds.set(FdTable.key(tgid, fd), t1, UNKNOWN)
+            elif op in DUP_OPS:
+                if ret >= 0:
+                    at = self.fds.at(FdTable.key(tgid, fd), t0)
+                    self.fds.set(FdTable.key(tgid, ret), t1, at[1] if at else UNKNOWN)
+            elif op == "fchdir":
+                at = self.fds.at(FdTable.key(tgid, fd), t0)
+                if ret == 0 and at and at[1] >= 0:
+                    self.registry.cwd[tgid] = self.registry.files[at[1]].path
+            else:  # a path-taking call
+                p = self._path(tid, t0, 0)
+                if op in ("newfstatat", "statx") and p == "" and int(ev["flags"][i]) & AT_EMPTY_PATH:
+                    at = self.fds.at(FdTable.key(tgid, fd), t0)
+                    fids[i] = at[1] if at else UNKNOWN
+                    continue
+                full = self._absolute(tgid, fd, p, t0)
+                if op == "chdir":
+                    if ret == 0 and full:
+                        self.registry.cwd[tgid] = full
+                    continue
+                if full is None:
+                    continue
+                fids[i] = self.registry.file_id(tgid, full)
+                if ev["npaths"][i] > 1:
+                    second = self._absolute(tgid, fd2, self._path(tid, t0, 1), t0)
+                    path2[i] = second
+                    if second and fids[i] >= 0 and not self.registry.files[fids[i]].matched:
+                        fids[i] = self.registry.file_id(tgid, second)  # renamed onto a traced path
+                if op in OPEN_OPS and ret >= 0:
+                    self.fds.set(FdTable.key(tgid, ret), t1, fids[i])
+                    self.registry.learn_ino(fids[i], tgid, ret)
+                    if not self.registry.files[fids[i]].matched:
+                        self._ignore(tgid, ret, t1)
+
+    def _ignore(self, tgid: int, fd: int, gen: int | None) -> None:
+        if (tgid, fd, gen) not in self._ignored:
+            self._ignored.add((tgid, fd, gen))
+            self.ignore_fd(tgid, fd, gen)
+
+    # ---- a whole batch ----
+    def feed(self, sys: np.ndarray, paths: np.ndarray, procs: np.ndarray) -> pa.Table | None:
+        self._procs(procs)
+        self._take_paths(paths)
+        if sys.size == 0:
+            return None
+        n = sys.size
+        fids = np.full(n, UNKNOWN, np.int64)
+        path2: list[str | None] = [None] * n
+        ops = sys["op"]
+        fd_rows = np.isin(ops, _FD_OP_NUMS) & (ops != OP_NUMBER["close"])
+        structural = np.flatnonzero(~fd_rows)
+        self._structural(sys, structural, fids, path2)
+
+        rows = np.flatnonzero(fd_rows)
+        if rows.size:
+            keys = (sys["tgid"][rows].astype(np.uint64) << np.uint64(32)) | \
+                (sys["fd"][rows].astype(np.uint32).astype(np.uint64))
+            found, since = self.fds.lookup(keys.astype(np.int64), sys["ts_enter"][rows],
+                                           lambda k: self.registry.from_proc(k >> 32, k & 0xFFFFFFFF))
+            fids[rows] = found
+            self._ignore_unmatched(sys, rows, found, since)
+
+        keep = self._kept(sys, fids)
+        self._drop_stale_paths()
+        if not keep.any():
+            return None
+        return self._table(sys[keep], fids[keep], [p for p, k in zip(path2, keep) if k])
+
+    def _ignore_unmatched(self, sys, rows, found, since) -> None:
+        files = self.registry.files
+        matched = np.array([files[f].matched if f >= 0 else False for f in found.tolist()], bool)
+        for j in np.flatnonzero(~matched & (found >= 0)).tolist():
+            gen = int(since[j]) or None
+            self._ignore(int(sys["tgid"][rows[j]]), int(sys["fd"][rows[j]]), gen)
+
+    def _kept(self, sys, fids) -> np.ndarray:
+        files = self.registry.files
+        matched = np.array([files[f].matched if f >= 0 else False for f in fids.tolist()], bool)
+        bookkeeping = np.isin(sys["op"], [OP_NUMBER[o] for o in BOOKKEEPING_OPS])
+        self.unnamed += int(np.count_nonzero((fids == UNKNOWN) & np.isin(sys["op"], _FD_OP_NUMS)))
+        return matched & ~bookkeeping
+
+    def _drop_stale_paths(self) -> None:
+        # Paths whose syscall record was lost (ring full) would pile up.
+        if len(self._paths) > 100_000:
+            self._paths.clear()
+
+    def _table(self, ev: np.ndarray, fids: np.ndarray, path2: list) -> pa.Table:
+        for tgid in np.unique(ev["tgid"]).tolist():
+            self.identities.want(tgid, int(ev["ts_exit"][0]))
+        ret = ev["ret"]
+        is_write = np.isin(ev["op"], _WRITE_OP_NUMS)
+        files = self.registry.columns(fids)
+        cols = {
+            "ts_enter": ev["ts_enter"], "ts_exit": ev["ts_exit"],
+            "latency_ns": ev["ts_exit"] - ev["ts_enter"],
+            "tid": ev["tid"], "tgid": ev["tgid"],
+            "syscall": pa.DictionaryArray.from_arrays(pa.array(ev["op"].astype(np.int8)), _OP_DICT),
+            "fd": ev["fd"], "ret": ret,
+            "bytes": pa.array(np.where(is_write & (ret > 0), ret, 0), pa.int64(),
+                              mask=~is_write),
+            "requested": ev["count"], "offset": ev["offset"],
+            "errno": np.where(ret < 0, -ret, 0).astype(np.int32),
+            "flags": ev["flags"], "iov_partial": ev["partial"].astype(bool),
+            "path": files["path"], "path2": path2,
+            "dev": files["dev"], "ino": files["ino"], "fstype": files["fstype"],
+        }
+        arrays = [c if isinstance(c, pa.Array) else pa.array(c, SYSCALL.field(name).type)
+                  for name, c in cols.items()]
+        return pa.Table.from_arrays(arrays, schema=SYSCALL)

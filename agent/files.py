@@ -1,0 +1,237 @@
+"""Which file each syscall touched: the per-process fd table, kept from the event stream.
+
+The kernel side reports fds and path strings only. Here they become files
+(path, dev, inode, filesystem type): opens, dups and closes update a table of
+(tgid, fd) -> file with the time each mapping began, so a write is matched to
+the file its fd held when the write started, from the first write after the
+open. Fds opened before recording began come from a scan of /proc/PID/fd.
+
+Only /proc/PID/{fd,fdinfo,cwd,ns,mountinfo} are read here: none of them
+touches the file itself, so none can hang on an unresponsive NFS server, and
+none takes the locks a process in D state may hold.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .mounts import NFS_TYPES, MountTable
+
+AT_FDCWD = -100
+UNKNOWN = -1           # file id of an fd we could not name
+HISTORY_SECONDS = 5.0  # keep older mappings this long for writes that started before a close
+
+
+@dataclass
+class FileInfo:
+    path: str
+    dev: int | None
+    ino: int | None
+    fstype: str | None
+    matched: bool
+
+
+@dataclass
+class FileFilter:
+    """By default files on NFS mounts; --path prefixes and --fs narrow or widen it."""
+    prefixes: tuple[str, ...] = ()
+    fstypes: frozenset[str] | None = NFS_TYPES   # None: any filesystem
+
+    def matches(self, path: str, fstype: str | None) -> bool:
+        if self.fstypes is not None and fstype not in self.fstypes:
+            return False
+        if self.prefixes:
+            return any(path == p or path.startswith(p.rstrip("/") + "/") for p in self.prefixes)
+        return True
+
+
+def _fdinfo(tgid: int, fd: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{tgid}/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
+            return dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    except OSError:
+        return {}
+
+
+class FileRegistry:
+    """Files by id, and the mount tables and cwds needed to name them."""
+
+    def __init__(self, file_filter: FileFilter):
+        self.filter = file_filter
+        self.files: list[FileInfo] = []
+        self._ids: dict[tuple[str, str], int] = {}
+        self._mounts: dict[str, MountTable] = {}
+        self._ns: dict[int, str] = {}
+        self.cwd: dict[int, str] = {}
+
+    def _namespace(self, tgid: int) -> str:
+        ns = self._ns.get(tgid)
+        if ns is None:
+            try:
+                ns = os.readlink(f"/proc/{tgid}/ns/mnt")
+            except OSError:
+                ns = os.readlink("/proc/self/ns/mnt")
+            self._ns[tgid] = ns
+        return ns
+
+    def mounts(self, tgid: int) -> MountTable:
+        ns = self._namespace(tgid)
+        table = self._mounts.get(ns)
+        if table is None:
+            try:
+                table = MountTable.read(tgid)
+            except OSError:
+                table = MountTable.read()
+            self._mounts[ns] = table
+        return table
+
+    def refresh_mounts(self) -> None:
+        """Mounts come and go (an NFS mount made after recording began)."""
+        self._mounts.clear()
+
+    def forget(self, tgid: int) -> None:
+        self._ns.pop(tgid, None)
+        self.cwd.pop(tgid, None)
+
+    def file_id(self, tgid: int, path: str, ino: int | None = None) -> int:
+        ns = self._namespace(tgid)
+        key = (ns, path)
+        fid = self._ids.get(key)
+        if fid is not None:
+            if ino is not None:
+                self.files[fid].ino = ino
+            return fid
+        mount = self.mounts(tgid).find(path)
+        fstype = mount.fstype if mount else None
+        info = FileInfo(path, mount.dev if mount else None, ino, fstype, self.filter.matches(path, fstype))
+        self.files.append(info)
+        self._ids[key] = len(self.files) - 1
+        return len(self.files) - 1
+
+    def from_proc(self, tgid: int, fd: int) -> int:
+        """Name an fd from /proc: for fds opened before recording began."""
+        try:
+            target = os.readlink(f"/proc/{tgid}/fd/{fd}")
+        except OSError:
+            return UNKNOWN
+        if not target.startswith("/"):
+            return UNKNOWN  # pipe:[..], socket:[..], anon_inode:...
+        ino = _fdinfo(tgid, fd).get("ino")
+        return self.file_id(tgid, target, int(ino) if ino and ino.strip().isdigit() else None)
+
+    def learn_ino(self, fid: int, tgid: int, fd: int) -> None:
+        """Fill an opened file's inode from fdinfo while the fd is (very likely) still open."""
+        info = self.files[fid]
+        if info.ino is not None or not info.matched:
+            return
+        ino = _fdinfo(tgid, fd).get("ino", "").strip()
+        if ino.isdigit():
+            info.ino = int(ino)
+
+    def cwd_of(self, tgid: int) -> str | None:
+        cwd = self.cwd.get(tgid)
+        if cwd is None:
+            try:
+                cwd = self.cwd[tgid] = os.readlink(f"/proc/{tgid}/cwd")
+            except OSError:
+                return None
+        return cwd
+
+    def columns(self, fids: np.ndarray) -> dict[str, list]:
+        """path, dev, ino, fstype for an array of file ids (UNKNOWN -> nulls)."""
+        out = {"path": [], "dev": [], "ino": [], "fstype": []}
+        for fid in fids.tolist():
+            info = self.files[fid] if fid >= 0 else None
+            out["path"].append(info.path if info else None)
+            out["dev"].append(info.dev if info else None)
+            out["ino"].append(info.ino if info else None)
+            out["fstype"].append(info.fstype if info else None)
+        return out
+
+
+class FdTable:
+    """(tgid, fd) -> [(since_ns, file id)], oldest first. since 0 = open before recording."""
+
+    def __init__(self):
+        self.history: dict[int, list[tuple[int, int]]] = {}
+        self._keys_of: dict[int, set[int]] = {}   # tgid -> its keys, for fork and exit
+
+    @staticmethod
+    def key(tgid: int, fd: int) -> int:
+        return (tgid << 32) | (fd & 0xFFFFFFFF)
+
+    def set(self, key: int, since: int, fid: int) -> None:
+        hist = self.history.get(key)
+        if hist is None:
+            hist = self.history[key] = []
+            self._keys_of.setdefault(key >> 32, set()).add(key)
+        hist.append((since, fid))
+        cutoff = since - int(HISTORY_SECONDS * 1e9)
+        while len(hist) > 1 and hist[1][0] < cutoff:
+            hist.pop(0)
+
+    def at(self, key: int, t: int) -> tuple[int, int] | None:
+        """(since, file id) of the mapping in force at time t, or None if unknown."""
+        hist = self.history.get(key)
+        if not hist:
+            return None
+        for since, fid in reversed(hist):
+            if since <= t:
+                return since, fid
+        return None
+
+    def lookup(self, keys: np.ndarray, times: np.ndarray, resolve) -> tuple[np.ndarray, np.ndarray]:
+        """File ids and mapping start times for many (key, time) pairs at once.
+        resolve(key) is called once for a key with no history (an fd from before recording)."""
+        fids = np.full(keys.shape, UNKNOWN, np.int64)
+        since = np.zeros(keys.shape, np.int64)
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        for i, key in enumerate(uniq.tolist()):
+            hist = self.history.get(key)
+            if hist is None:
+                self.set(key, 0, resolve(key))
+                hist = self.history[key]
+            rows = inverse == i
+            if len(hist) == 1:
+                fids[rows], since[rows] = hist[0][1], hist[0][0]
+                continue
+            starts = np.array([h[0] for h in hist], np.int64)
+            pos = np.searchsorted(starts, times[rows], side="right") - 1
+            ok = pos >= 0
+            vals = np.array([h[1] for h in hist], np.int64)
+            fids[rows] = np.where(ok, vals[np.maximum(pos, 0)], UNKNOWN)
+            since[rows] = np.where(ok, starts[np.maximum(pos, 0)], 0)
+        return fids, since
+
+    def fork(self, parent: int, child: int, t: int) -> None:
+        """A new process starts with its parent's fds."""
+        for key in list(self._keys_of.get(parent, ())):
+            fid = self.history[key][-1][1]
+            if fid != UNKNOWN:
+                self.set((child << 32) | (key & 0xFFFFFFFF), t, fid)
+
+    def drop_process(self, tgid: int) -> None:
+        for key in self._keys_of.pop(tgid, ()):
+            del self.history[key]
+
+    def scan_proc(self, registry: FileRegistry, tgids: list[int] | None = None) -> int:
+        """Seed the table with every open fd of the given processes (default: all)."""
+        count = 0
+        for tgid in tgids if tgids is not None else _all_tgids():
+            try:
+                fds = os.listdir(f"/proc/{tgid}/fd")
+            except OSError:
+                continue
+            for name in fds:
+                fd = int(name)
+                key = self.key(tgid, fd)
+                if key not in self.history:
+                    self.set(key, 0, registry.from_proc(tgid, fd))
+                    count += 1
+        return count
+
+
+def _all_tgids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]

@@ -1,0 +1,293 @@
+"""Who a process is: comm, command line, cgroup and its training rank.
+
+Only whitelisted environment variables are kept, and command lines are
+truncated and redacted. Reading /proc/PID/cmdline or environ takes the target's
+mmap lock, which a process in D state (stuck on NFS) can hold for minutes, so
+those reads run in worker threads with a timeout, never on the drain path.
+"""
+from __future__ import annotations
+
+import queue
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+# The rank variables of torchrun/torchelastic, Slurm, Open MPI and PMI/PMIx (DESIGN.md).
+RANK_VARS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID",
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMIX_RANK",
+)
+# Where the global rank comes from, in order of preference.
+GLOBAL_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+CMDLINE_MAX = 512
+READ_TIMEOUT = 2.0
+REDACTED = "***"
+
+_SECRET_WORD = r"(?:pass(?:word|wd)?|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credentials?|auth)"
+_SECRET_FLAG = re.compile(rf"^(--?[\w.-]*{_SECRET_WORD}[\w.-]*)(=.*)?$", re.I)
+_SECRET_ASSIGN = re.compile(rf"^([\w.]*{_SECRET_WORD}[\w.]*)=.+$", re.I)
+_URL_CREDS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[\w.~+/=-]+")
+_KNOWN_TOKENS = re.compile(r"\b(AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|hf_[A-Za-z0-9]{20,}|"
+                           r"xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,})\b")
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Hide obvious secrets: values of secret-looking flags and assignments, URL
+    credentials, bearer tokens and well-known token formats."""
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        m = _SECRET_FLAG.match(arg)
+        if m:
+            if m.group(2) is None:
+                hide_next = True
+                out.append(arg)
+            else:
+                out.append(f"{m.group(1)}={REDACTED}")
+            continue
+        m = _SECRET_ASSIGN.match(arg)
+        if m:
+            out.append(f"{m.group(1)}={REDACTED}")
+            continue
+        arg = _URL_CREDS.sub(rf"\1{REDACTED}@", arg)
+        arg = _BEARER.sub(rf"\1{REDACTED}", arg)
+        arg = _KNOWN_TOKENS.sub(REDACTED, arg)
+        out.append(arg)
+    return out
+
+
+def format_cmdline(raw: bytes) -> str:
+    argv = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")] if raw else []
+    text = " ".join(redact_argv(argv))
+    return text if len(text) <= CMDLINE_MAX else text[:CMDLINE_MAX - 3] + "..."
+
+
+def rank_env(environ: bytes) -> dict[str, str]:
+    """Only the whitelisted variables of a raw /proc/PID/environ."""
+    wanted = {}
+    for entry in environ.split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and name.decode("ascii", "replace") in RANK_VARS:
+            wanted[name.decode()] = value.decode("utf-8", "replace")[:128]
+    return wanted
+
+
+def _first_int(env: dict[str, str], names: tuple[str, ...]) -> int | None:
+    for name in names:
+        v = env.get(name, "").strip()
+        if v.lstrip("-").isdigit():
+            return int(v)
+    return None
+
+
+@dataclass
+class Identity:
+    tgid: int
+    ppid: int | None
+    comm: str
+    cmdline: str
+    cgroup: str
+    env: dict[str, str]
+    first_seen: int                  # CLOCK_MONOTONIC ns
+    rank_source: str = "none"        # env | inherited | none
+    inherited_from: int | None = None
+    complete: bool = True            # False when a /proc read timed out or the process was gone
+
+    @property
+    def rank(self) -> int | None:
+        return _first_int(self.env, GLOBAL_RANK_VARS)
+
+    @property
+    def local_rank(self) -> int | None:
+        return _first_int(self.env, LOCAL_RANK_VARS)
+
+    @property
+    def world_size(self) -> int | None:
+        return _first_int(self.env, ("WORLD_SIZE",))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_identity(tgid: int, now_ns: int) -> Identity:
+    """Everything about a process from /proc. Slow or blocking reads belong in a worker."""
+    status = {}
+    try:
+        for line in _read(f"/proc/{tgid}/status").decode(errors="replace").splitlines():
+            k, _, v = line.partition(":")
+            status[k] = v.strip()
+    except OSError:
+        return Identity(tgid, None, "", "", "", {}, now_ns, complete=False)
+    ident = Identity(tgid, int(status.get("PPid", 0)) or None, status.get("Name", ""), "", "", {}, now_ns)
+    try:
+        ident.cgroup = _read(f"/proc/{tgid}/cgroup").decode(errors="replace").strip().splitlines()[-1]
+        ident.cmdline = format_cmdline(_read(f"/proc/{tgid}/cmdline"))
+        ident.env = rank_env(_read(f"/proc/{tgid}/environ"))
+    except (OSError, IndexError):
+        ident.complete = False
+    if ident.env:
+        ident.rank_source = "env"
+    return ident
+
+
+@dataclass
+class _Job:
+    tgid: int
+    now_ns: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Identity | None = None
+
+
+class IdentityReader:
+    """Reads identities in worker threads. A worker stuck on a D-state process is
+    abandoned (it is a daemon thread) and replaced, up to MAX_STUCK of them."""
+
+    WORKERS = 2
+    MAX_STUCK = 16
+
+    def __init__(self):
+        self._jobs: queue.Queue[_Job] = queue.Queue()
+        self.results: queue.Queue[Identity] = queue.Queue()
+        self._pending: dict[int, _Job] = {}
+        self._started: dict[int, float] = {}
+        self.stuck = 0
+        self._lock = threading.Lock()
+        for _ in range(self.WORKERS):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        threading.Thread(target=self._work, daemon=True, name="slotscope-identity").start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            with self._lock:
+                self._started[job.tgid] = time.monotonic()
+            job.result = read_identity(job.tgid, job.now_ns)
+            with self._lock:
+                self._started.pop(job.tgid, None)
+                self._pending.pop(job.tgid, None)
+            self.results.put(job.result)
+
+    def request(self, tgid: int, now_ns: int) -> None:
+        with self._lock:
+            if tgid in self._pending:
+                return
+            job = self._pending[tgid] = _Job(tgid, now_ns)
+        self._jobs.put(job)
+
+    def watchdog(self, now_ns: int) -> None:
+        """Give up on reads that hang: report the process as unreadable, replace the worker."""
+        now = time.monotonic()
+        with self._lock:
+            hung = [t for t, since in self._started.items() if now - since > READ_TIMEOUT]
+            for tgid in hung:
+                del self._started[tgid]
+                self._pending.pop(tgid, None)
+        for tgid in hung:
+            self.results.put(Identity(tgid, None, "", "", "", {}, now_ns, complete=False))
+            if self.stuck < self.MAX_STUCK:
+                self.stuck += 1
+                self._spawn()
+
+    def stop(self) -> None:
+        for _ in range(self.WORKERS + self.stuck):
+            self._jobs.put(None)
+
+
+class Identities:
+    """Identity of every process that shows up, with rank inheritance: a process
+    without rank variables takes its nearest ancestor's (threads need nothing:
+    they are their process).
+
+    observe() reads a process early (at exec, while it surely lives: short-lived
+    writers are gone by the time their rows are decoded); want() marks it for the
+    `procs` table. collect() returns the wanted identities that are settled."""
+
+    def __init__(self, reader: IdentityReader | None = None):
+        self.reader = reader or IdentityReader()
+        self.known: dict[int, Identity] = {}
+        self.parent: dict[int, int] = {}     # from fork events, which outlive /proc
+        self._pending: set[int] = set()
+        self._wanted: set[int] = set()
+        self._emitted: set[int] = set()
+
+    def note_fork(self, parent: int, child: int) -> None:
+        self.parent[child] = parent
+
+    def observe(self, tgid: int, now_ns: int) -> None:
+        if tgid not in self.known and tgid not in self._pending:
+            self._pending.add(tgid)
+            self.reader.request(tgid, now_ns)
+
+    def want(self, tgid: int, now_ns: int) -> None:
+        if tgid not in self._wanted:
+            self._wanted.add(tgid)
+            self.observe(tgid, now_ns)
+
+    def exec_(self, tgid: int, now_ns: int) -> None:
+        """After exec the command line and maybe the environment changed: read it again."""
+        self.known.pop(tgid, None)
+        self._emitted.discard(tgid)
+        self._pending.discard(tgid)
+        self.observe(tgid, now_ns)
+
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    def collect(self, now_ns: int) -> list[Identity]:
+        self.reader.watchdog(now_ns)
+        while True:
+            try:
+                ident = self.reader.results.get_nowait()
+            except queue.Empty:
+                break
+            self._pending.discard(ident.tgid)
+            if ident.ppid is None:
+                ident.ppid = self.parent.get(ident.tgid)
+            parent = self.known.get(ident.ppid or 0)
+            if not ident.complete and parent is not None and ident.tgid in self.parent:
+                # Gone before we could read it: a fork without exec is its parent's copy.
+                ident.comm = ident.comm or parent.comm
+                ident.cmdline = ident.cmdline or parent.cmdline
+                ident.cgroup = ident.cgroup or parent.cgroup
+            self.known[ident.tgid] = ident
+        ready = []
+        for tgid in sorted(self._wanted - self._emitted):
+            ident = self.known.get(tgid)
+            if ident is None or (not ident.env and not self._inherit(ident, now_ns)):
+                continue  # still being read, or an ancestor is
+            self._emitted.add(tgid)
+            ready.append(ident)
+        return ready
+
+    def _inherit(self, ident: Identity, now_ns: int) -> bool:
+        """Take the nearest ancestor's rank variables. True when settled (inherited,
+        or no ancestor has any); False while an ancestor is still being read."""
+        seen = set()
+        pid = ident.ppid or self.parent.get(ident.tgid)
+        while pid and pid > 1 and pid not in seen:
+            seen.add(pid)
+            anc = self.known.get(pid)
+            if anc is None:
+                self.observe(pid, now_ns)
+                return False
+            if anc.env:
+                ident.env = dict(anc.env)
+                ident.rank_source = "inherited"
+                ident.inherited_from = anc.tgid
+                return True
+            pid = anc.ppid or self.parent.get(pid)
+        return True

@@ -1,0 +1,59 @@
+"""Facts about the running kernel that decide which probes can load, read without bcc."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
+def tracefs() -> str | None:
+    for path in TRACEFS_CANDIDATES:
+        if os.path.isdir(os.path.join(path, "events")):
+            return path
+    return None
+
+
+def ensure_tracefs() -> str | None:
+    """Mount tracefs if it is not (needs root). bcc picks its tracefs path at import: call this first."""
+    found = tracefs()
+    if found or os.geteuid() != 0:
+        return found
+    subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS_CANDIDATES[0]],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return tracefs()
+
+
+def tracepoint_exists(category: str, event: str) -> bool:
+    base = tracefs()
+    return bool(base) and os.path.isdir(os.path.join(base, "events", category, event))
+
+
+def headers_dir() -> str | None:
+    build = f"/lib/modules/{os.uname().release}/build"
+    return build if os.path.isdir(os.path.join(build, "include")) else None
+
+
+def headers_match_kernel() -> bool:
+    """True when the build tree is the running kernel's own (not a linked fallback)."""
+    build = headers_dir()
+    if not build:
+        return False
+    return os.uname().release in os.path.realpath(build)
+
+
+def kprobes_available() -> bool:
+    base = tracefs()
+    return bool(base) and os.path.exists(os.path.join(base, "kprobe_events"))
+
+
+def kernel_module_loaded(name: str) -> bool:
+    return os.path.isdir(f"/sys/module/{name}")
+
+
+def bcc_import_error() -> str | None:
+    try:
+        import bcc  # noqa: F401
+    except Exception as exc:  # the distribution package may be missing or broken
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -1,0 +1,151 @@
+"""Event layouts, declared once.
+
+Each event the BPF programs emit is declared here as an ordered list of
+(name, C type). From that one declaration come the C struct handed to BCC,
+the numpy dtype that decodes a whole ring-buffer span at once, and the Arrow
+types of the decoded columns. Nothing here imports bcc.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+
+# C scalar type -> (numpy type, arrow type). Timestamps are s64 so they land
+# in Arrow as int64 nanoseconds of CLOCK_MONOTONIC, as the capture format says.
+_SCALARS = {
+    "u8": (np.uint8, pa.uint8()),
+    "u16": (np.uint16, pa.uint16()),
+    "u32": (np.uint32, pa.uint32()),
+    "u64": (np.uint64, pa.uint64()),
+    "s32": (np.int32, pa.int32()),
+    "s64": (np.int64, pa.int64()),
+}
+_ARRAY = re.compile(r"^char\[(\d+)\]$")
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    fields: tuple[tuple[str, str], ...]
+
+    def c_struct(self) -> str:
+        """The C declaration, with a compile-time size check against numpy's view."""
+        lines = []
+        for fname, ctype in self.fields:
+            m = _ARRAY.match(ctype)
+            lines.append(f"    char {fname}[{m.group(1)}];" if m else f"    {ctype} {fname};")
+        body = "\n".join(lines)
+        return (
+            f"struct {self.name} {{\n{body}\n}};\n"
+            f"_Static_assert(sizeof(struct {self.name}) == {self.dtype.itemsize}, "
+            f'"{self.name}: C and numpy layouts differ");\n'
+        )
+
+    @cached_property
+    def dtype(self) -> np.dtype:
+        spec = []
+        for fname, ctype in self.fields:
+            m = _ARRAY.match(ctype)
+            spec.append((fname, f"S{m.group(1)}") if m else (fname, _SCALARS[ctype][0]))
+        # align=True reproduces the C compiler's padding on x86_64 and arm64.
+        return np.dtype(spec, align=True)
+
+    def arrow_type(self, fname: str) -> pa.DataType:
+        ctype = dict(self.fields)[fname]
+        return pa.string() if _ARRAY.match(ctype) else _SCALARS[ctype][1]
+
+    def to_arrow(self, records: np.ndarray) -> dict[str, pa.Array]:
+        """Columns of a decoded record array, zero-copy for scalars."""
+        cols = {}
+        for fname, ctype in self.fields:
+            col = records[fname]
+            if _ARRAY.match(ctype):
+                cols[fname] = pa.array([bytes(v).split(b"\0", 1)[0].decode("utf-8", "replace") for v in col],
+                                       pa.string())
+            else:
+                cols[fname] = pa.array(np.ascontiguousarray(col), self.arrow_type(fname))
+        return cols
+
+
+# One row per traced syscall, emitted at sys_exit. ts_* are bpf_ktime_get_ns().
+SYS_EVENT = Layout("sys_event", (
+    ("ts_enter", "s64"),
+    ("ts_exit", "s64"),
+    ("ret", "s64"),        # returned bytes or fd, or -errno
+    ("count", "u64"),      # requested bytes (write: count; writev: sum of iov_len; ftruncate: length)
+    ("offset", "s64"),     # file offset for pwrite*/sync_file_range, else -1
+    ("tid", "u32"),
+    ("tgid", "u32"),
+    ("fd", "s32"),         # fd, or the directory fd of *at() calls (-100 = AT_FDCWD)
+    ("fd2", "s32"),        # second fd: new dirfd of renameat*, new fd of dup2/dup3
+    ("flags", "u32"),      # open flags, rename/unlink/stat flags, fcntl cmd
+    ("op", "u16"),         # an OP_* number below
+    ("npaths", "u8"),      # how many path records follow in the path ring
+    ("partial", "u8"),     # 1 when writev's iovecs were only partly summed
+))
+
+# The path strings of path-taking syscalls, in their own ring; joined to their
+# syscall by (tid, ts_enter). slot 0 is the first path argument, 1 the second.
+PATH_MAX_CAPTURED = 256
+PATH_EVENT = Layout("path_event", (
+    ("ts_enter", "s64"),
+    ("tid", "u32"),
+    ("len", "s32"),        # bpf_probe_read_user_str's result; PATH_MAX_CAPTURED = truncated
+    ("slot", "u8"),
+    ("_pad", "char[7]"),
+    ("path", f"char[{PATH_MAX_CAPTURED}]"),
+))
+
+# Process lifecycle: new tasks (with clone flags, so threads and processes are
+# told apart without reading kernel structs), exec and exit.
+PROC_EVENT = Layout("proc_event", (
+    ("ts", "s64"),
+    ("clone_flags", "u64"),
+    ("tid", "u32"),        # the task the event is about (the child for NEWTASK)
+    ("tgid", "u32"),       # current's tgid (the parent for NEWTASK)
+    ("ptid", "u32"),       # current's tid
+    ("kind", "u32"),       # PROC_NEWTASK / PROC_EXEC / PROC_EXIT
+))
+
+PROC_NEWTASK, PROC_EXEC, PROC_EXIT = 1, 2, 3
+CLONE_THREAD = 0x00010000
+
+# Syscalls by operation number. The order is the op number; the C program uses
+# the OP_<NAME> constants generated from this list.
+OPS = (
+    "write", "pwrite64", "writev", "pwritev", "pwritev2",
+    "fsync", "fdatasync", "sync_file_range", "close",
+    "openat", "openat2", "creat",
+    "rename", "renameat", "renameat2", "unlink", "unlinkat",
+    "mkdir", "mkdirat", "newfstatat", "statx", "ftruncate",
+    "dup", "dup2", "dup3", "fcntl", "chdir", "fchdir",
+)
+OP_NUMBER = {name: i + 1 for i, name in enumerate(OPS)}
+OP_NAME = {i: name for name, i in OP_NUMBER.items()}
+
+WRITE_OPS = frozenset({"write", "pwrite64", "writev", "pwritev", "pwritev2"})
+OPEN_OPS = frozenset({"openat", "openat2", "creat"})
+DUP_OPS = frozenset({"dup", "dup2", "dup3", "fcntl"})
+# Bookkeeping calls: they keep the fd table and cwd right, they are not rows.
+BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir"}
+
+# Counters the programs keep in a per-CPU array (index = position here); the
+# agent turns their deltas into the `loss` table.
+LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed")
+
+
+def c_header() -> str:
+    """Everything the C side needs from this module, as C text."""
+    parts = ["/* generated from slotscope/agent/layouts.py: do not edit */"]
+    parts += [f"#define OP_{name.upper()} {num}" for name, num in OP_NUMBER.items()]
+    parts += [f"#define PROC_NEWTASK {PROC_NEWTASK}", f"#define PROC_EXEC {PROC_EXEC}",
+              f"#define PROC_EXIT {PROC_EXIT}", f"#define CLONE_THREAD_FLAG {CLONE_THREAD}",
+              f"#define PATH_MAX_CAPTURED {PATH_MAX_CAPTURED}"]
+    parts += [f"#define LOSS_{name.upper()} {i}" for i, name in enumerate(LOSS_COUNTERS)]
+    parts.append(f"#define LOSS_NCOUNTERS {len(LOSS_COUNTERS)}")
+    parts += [layout.c_struct() for layout in (SYS_EVENT, PATH_EVENT, PROC_EVENT)]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,88 @@
+"""meta.json: what a reader needs to interpret the tables (DESIGN.md, capture format)."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from importlib.metadata import PackageNotFoundError, version
+
+from slotscope.analyzer.capture import FORMAT_MAJOR
+
+from .identity import redact_argv
+from .mounts import MountTable
+
+SUNRPC_SYSCTLS = ("tcp_slot_table_entries", "tcp_max_slot_table_entries", "udp_slot_table_entries",
+                  "min_resvport", "max_resvport")
+
+
+def slotscope_version() -> str:
+    try:
+        return version("slotscope")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def clock_pair() -> dict[str, int]:
+    """CLOCK_MONOTONIC (bpf_ktime_get_ns) <-> CLOCK_REALTIME, from the tightest of a few samples."""
+    best = None
+    for _ in range(5):
+        r0 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        m = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        r1 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        if best is None or r1 - r0 < best[2]:
+            best = (m, (r0 + r1) // 2, r1 - r0)
+    return {"monotonic_ns": best[0], "realtime_ns": best[1], "uncertainty_ns": best[2]}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def nfs_mounts() -> list[dict]:
+    out = []
+    for m in MountTable.read().nfs_mounts():
+        opts = dict((kv.partition("=")[0], kv.partition("=")[2]) for kv in m.options.split(","))
+        out.append({
+            "mountpoint": m.mountpoint, "source": m.source, "fstype": m.fstype, "dev": m.dev,
+            "vers": opts.get("vers"), "proto": opts.get("proto"), "nconnect": opts.get("nconnect", "1"),
+            "wsize": opts.get("wsize"), "rsize": opts.get("rsize"),
+            "hard": "soft" not in opts, "timeo": opts.get("timeo"), "retrans": opts.get("retrans"),
+            "server": opts.get("addr"), "options": m.options,
+        })
+    return out
+
+
+def sunrpc_sysctls() -> dict[str, str | None]:
+    return {name: _read(f"/proc/sys/sunrpc/{name}") for name in SUNRPC_SYSCTLS}
+
+
+def nics() -> list[dict]:
+    out = []
+    for name in sorted(os.listdir("/sys/class/net")):
+        speed = _read(f"/sys/class/net/{name}/speed")
+        out.append({"name": name,
+                    "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None})
+    return out
+
+
+def start_meta(argv: list[str], filters: dict, probes: dict) -> dict:
+    return {
+        "format": "slotscope-capture",
+        "schema_version": FORMAT_MAJOR,
+        "slotscope_version": slotscope_version(),
+        "host": socket.gethostname(),
+        "boot_id": _read("/proc/sys/kernel/random/boot_id"),
+        "kernel": os.uname().release,
+        "command": " ".join(redact_argv(argv)),
+        "agent_pid": os.getpid(),
+        "start": clock_pair(),
+        "filters": filters,
+        "nfs_mounts": nfs_mounts(),
+        "sunrpc": sunrpc_sysctls(),
+        "nics": nics(),
+        "probes": probes,
+    }

@@ -1,0 +1,289 @@
+"""`slotscope record`: load the probes, drain them, write the capture, stop cleanly.
+
+One thread drains: it never reads anything that can block on the traced NFS
+mount (see files.py); process identities are read by worker threads.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from .capture_writer import CaptureWriteError, CaptureWriter
+from .decode import Decoder
+from .files import FileFilter, FileRegistry
+from .identity import READ_TIMEOUT, Identities
+from .layouts import LOSS_COUNTERS
+from .meta import clock_pair, start_meta
+from .mounts import NFS_TYPES, MountTable
+from .probes import Filters, SyscallProbes
+from .tables import AGENT, LOSS, PROCS, SCHEMAS
+
+POLL_IDLE = 0.02        # s between drains when the rings are quiet
+POLL_BUSY_FILL = 0.05   # drain again at once when a ring is this full
+STATS_EVERY = 1.0
+STATUS_EVERY = 5.0
+
+
+class RecordError(Exception):
+    """A failure to report in one line, exit status 1."""
+
+
+@dataclass
+class RecordOptions:
+    output: str
+    duration: float | None = None
+    paths: list[str] = field(default_factory=list)
+    fs: str | None = None           # "nfs" (default without --path), a type, or "any"
+    pids: list[int] = field(default_factory=list)
+    cgroup: str | None = None
+    command: list[str] = field(default_factory=list)
+    force: bool = False
+    group_readable: bool = False
+    status: bool = True
+
+    def file_filter(self) -> FileFilter:
+        fs = self.fs or ("any" if self.paths else "nfs")
+        fstypes = None if fs == "any" else (NFS_TYPES if fs == "nfs" else frozenset({fs}))
+        return FileFilter(tuple(os.path.normpath(os.path.abspath(p)) for p in self.paths), fstypes)
+
+
+def _monotonic_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def _refuse_traced_output(opts: RecordOptions, file_filter: FileFilter) -> None:
+    """Never write the capture onto an NFS mount being traced: it would trace itself
+    and could hang on the very server it diagnoses."""
+    target = os.path.abspath(opts.output)
+    probe = target
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    mount = MountTable.read().find(os.path.realpath(probe))
+    if mount and mount.is_nfs and file_filter.matches(target + "/meta.json", mount.fstype):
+        raise RecordError(f"{opts.output} is on the NFS mount {mount.mountpoint} that is being traced; "
+                          f"write the capture to a local disk")
+
+
+class HeldCommand:
+    """The traced command, forked but held before exec until the probes are attached,
+    so it is traced from its first instruction. (subprocess.Popen waits for the exec,
+    so it cannot hold the child.)"""
+
+    def __init__(self, command: list[str]):
+        import shutil
+        if shutil.which(command[0]) is None:
+            raise RecordError(f"cannot run {command[0]}: command not found")
+        r, self._go = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: wait for the go, then become the command
+            try:
+                os.close(self._go)
+                os.read(r, 1)
+                os.execvp(command[0], command)
+            except OSError as exc:
+                print(f"slotscope: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+            os._exit(127)
+        os.close(r)
+        self.returncode: int | None = None
+
+    def release(self) -> None:
+        os.write(self._go, b"x")
+        os.close(self._go)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int | None:
+        end = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+class Recorder:
+    def __init__(self, opts: RecordOptions, argv: list[str]):
+        self.opts = opts
+        self.argv = argv
+        self.stop_reason: str | None = None
+        self.events = 0
+        self.rows = 0
+        self._loss_seen = dict.fromkeys(LOSS_COUNTERS, 0)
+        self._last_stats = self._last_status = time.monotonic()
+        self._status_events = 0
+
+    def _on_signal(self, signum, _frame):
+        self.stop_reason = signal.Signals(signum).name
+
+    def run(self) -> int:
+        opts = self.opts
+        file_filter = opts.file_filter()
+        probes = SyscallProbes()
+        reason = probes.can_run()
+        if reason:
+            raise RecordError(f"cannot trace syscalls: {reason}")
+        _refuse_traced_output(opts, file_filter)
+        if opts.cgroup and not os.path.isdir(opts.cgroup):
+            raise RecordError(f"--cgroup {opts.cgroup}: not a cgroup v2 directory")
+        for pid in opts.pids:
+            if not os.path.exists(f"/proc/{pid}"):
+                raise RecordError(f"--pid {pid}: no such process")
+
+        proc = HeldCommand(opts.command) if opts.command else None
+        tgids = list(opts.pids) + ([proc.pid] if proc else [])
+        try:
+            writer = CaptureWriter(opts.output, SCHEMAS, opts.force, opts.group_readable)
+        except CaptureWriteError as exc:
+            if proc:
+                proc.kill()
+            raise RecordError(str(exc)) from None
+        skipped = {"sunrpc": "not yet implemented in this version",
+                   "nfs": "not yet implemented in this version"}
+        meta = start_meta(self.argv, {
+            "paths": list(file_filter.prefixes),
+            "fs": sorted(file_filter.fstypes) if file_filter.fstypes else "any",
+            "pids": opts.pids, "cgroup": opts.cgroup, "command": bool(opts.command),
+        }, {"attached": {}, "skipped": skipped})
+        try:
+            loaded = probes.load(Filters(tgids=tgids, cgroup=opts.cgroup))
+        except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
+            if proc:
+                proc.kill()
+            writer.close()
+            raise RecordError(f"loading the syscall probes failed: {exc}") from None
+        meta["probes"]["attached"]["syscalls"] = loaded.syscalls
+        writer.write_meta(meta)
+
+        registry = FileRegistry(file_filter)
+        self.identities = Identities()
+        self.decoder = Decoder(registry, self.identities, loaded.ignore_fd)
+        self.decoder.fds.scan_proc(registry, tgids or None)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        if proc is not None:
+            proc.release()
+        self._say(f"recording to {opts.output} ({len(loaded.syscalls)} syscalls"
+                  f"{', command pid %d' % proc.pid if proc else ''}); Ctrl-C to stop")
+
+        deadline = time.monotonic() + opts.duration if opts.duration else None
+        exit_code = 0
+        failure = None
+        try:
+            while self.stop_reason is None:
+                self._drain(loaded, writer)
+                if proc is not None and proc.poll() is not None:
+                    self.stop_reason = "command exited"
+                elif deadline and time.monotonic() >= deadline:
+                    self.stop_reason = "duration reached"
+                elif loaded.fill() < POLL_BUSY_FILL:
+                    time.sleep(POLL_IDLE)
+            self._drain(loaded, writer)   # what arrived before the probes go away
+        except CaptureWriteError as exc:
+            failure = str(exc)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            loaded.close()
+            try:
+                if failure is None:
+                    self._flush_identities(writer, final=True)
+                self.identities.reader.stop()
+                meta["stop"] = clock_pair()
+                meta["stop_reason"] = failure or self.stop_reason
+                meta["totals"] = {"events": self.events, "rows": self.rows,
+                                  "lost": self._loss_seen, "unnamed_fd_rows": self.decoder.unnamed}
+                writer.write_meta(meta)
+            except CaptureWriteError as exc:
+                failure = failure or str(exc)
+            writer.close()
+        if failure:
+            raise RecordError(failure)
+        if proc is not None:
+            if proc.poll() is None and self.stop_reason in ("SIGINT", "SIGTERM"):
+                proc.wait(timeout=2)   # it got the same Ctrl-C from the terminal, most likely
+            if proc.returncode is not None:
+                exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        lost = sum(self._loss_seen.values())
+        self._say(f"stopped ({self.stop_reason}): {self.events} events, {self.rows} rows, "
+                  f"{lost} lost, capture in {opts.output}")
+        return exit_code
+
+    # ---- the drain ----
+    def _drain(self, loaded, writer: CaptureWriter) -> None:
+        sys_ev, paths, procs = loaded.read_batch()
+        self.events += sys_ev.size
+        table = self.decoder.feed(sys_ev, paths, procs)
+        if table is not None:
+            writer.append("syscall", table)
+            self.rows += table.num_rows
+        now = time.monotonic()
+        if now - self._last_stats >= STATS_EVERY:
+            self._flush_identities(writer)
+            self._write_stats(loaded, writer, now)
+        writer.tick()
+        if self.opts.status and now - self._last_status >= STATUS_EVERY:
+            rate = (self.events - self._status_events) / (now - self._last_status)
+            self._last_status, self._status_events = now, self.events
+            self._say(f"{rate / 1000:.1f}k events/s, {sum(self._loss_seen.values())} lost, "
+                      f"{self.rows} rows, {writer.size_bytes() / 2**20:.1f} MiB")
+
+    def _flush_identities(self, writer: CaptureWriter, final: bool = False) -> None:
+        idents = self.identities.collect(_monotonic_ns())
+        if final:  # the last reads are on their way; the watchdog bounds the wait
+            end = time.monotonic() + READ_TIMEOUT + 0.5
+            while self.identities.busy() and time.monotonic() < end:
+                time.sleep(0.02)
+                idents += self.identities.collect(_monotonic_ns())
+        if not idents:
+            return
+        writer.append("procs", pa.Table.from_pylist([{
+            "ts": i.first_seen, "tgid": i.tgid, "ppid": i.ppid, "comm": i.comm, "cmdline": i.cmdline,
+            "cgroup": i.cgroup, "rank": i.rank, "local_rank": i.local_rank, "world_size": i.world_size,
+            "rank_env": list(i.env.items()), "rank_source": i.rank_source,
+            "inherited_from": i.inherited_from, "complete": i.complete,
+        } for i in idents], schema=PROCS))
+
+    def _write_stats(self, loaded, writer: CaptureWriter, now: float) -> None:
+        ts = _monotonic_ns()
+        interval = int((now - self._last_stats) * 1e9)
+        self._last_stats = now
+        totals = loaded.loss_totals()
+        rows = []
+        for name, total in totals.items():
+            delta = total - self._loss_seen[name]
+            if delta:
+                rows.append({"ts": ts, "interval_ns": interval, "probe": "syscalls",
+                             "counter": name, "lost": delta})
+        self._loss_seen = totals
+        if rows:
+            writer.append("loss", pa.Table.from_pylist(rows, schema=LOSS))
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        writer.append("agent", pa.Table.from_pylist([{
+            "ts": ts, "cpu_user_ns": int(ru.ru_utime * 1e9), "cpu_sys_ns": int(ru.ru_stime * 1e9),
+            "rss_bytes": rss, "events": self.events, "rows": self.rows,
+            "capture_bytes": writer.size_bytes(), **loaded.bpf_runtime(),
+        }], schema=AGENT))
+
+    def _say(self, text: str) -> None:
+        if self.opts.status or text.startswith("recording"):
+            print(f"slotscope: {text}", file=sys.stderr, flush=True)
+
+
+def record(opts: RecordOptions, argv: list[str]) -> int:
+    return Recorder(opts, argv).run()
+

@@ -1,0 +1,1 @@
+"""Reads captures and turns them into findings. Never imports bcc or textual."""

@@ -1,0 +1,1 @@
+"""BCC C programs of slotscope, read with importlib.resources."""

@@ -1,0 +1,426 @@
+/*
+ * slotscope: file syscalls, per thread, on syscalls:* tracepoints.
+ *
+ * Header-independent on purpose: it reads only tracepoint arguments (whose
+ * layout BCC takes from tracefs) and user memory with stable ABI layouts
+ * (struct iovec, struct open_how). It never walks kernel structs, so it is
+ * correct even when the kernel headers do not match the running kernel.
+ *
+ * The agent prepends: the generated header (structs, OP_* numbers, counters)
+ * and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, HAVE_<syscall>,
+ * *_RING_PAGES.
+ *
+ * Which fd is worth an event is decided in user space, which knows paths and
+ * mounts. The kernel only skips fds user space has marked uninteresting in
+ * fd_ignore. To make that race-free, every (tgid, fd) gets a new generation
+ * (the exit timestamp) when an open/dup creates it or a close ends it; a mark
+ * applies only while it names the current generation, so an fd reused for an
+ * NFS file is never skipped because of its previous file.
+ */
+
+typedef int rwf_t;  /* pwritev2's format names it; the headers BCC uses lack it */
+
+#define AT_FDCWD_VAL -100
+#define F_DUPFD_VAL 0
+#define F_DUPFD_CLOEXEC_VAL 1030
+#define IOV_SUM_MAX 8
+
+struct inflight {
+    s64 ts_enter;
+    u64 count;
+    s64 offset;
+    u64 path1;
+    u64 path2;
+    s32 fd;
+    s32 fd2;
+    u32 flags;
+    u16 op;
+    u8 partial;
+    u8 skip;   /* an ignored fd's close: bump the generation, emit nothing */
+};
+
+BPF_HASH(inflight, u32, struct inflight, 16384);
+BPF_TABLE("lru_hash", u64, u64, fd_gen, 131072);
+BPF_TABLE("lru_hash", u64, u64, fd_ignore, 131072);
+BPF_HASH(traced_tgids, u32, u8, 65536);
+BPF_CGROUP_ARRAY(cgroup_filter, 1);
+BPF_PERCPU_ARRAY(loss, u64, LOSS_NCOUNTERS);
+BPF_RINGBUF_OUTPUT(sys_ring, SYS_RING_PAGES);
+BPF_RINGBUF_OUTPUT(path_ring, PATH_RING_PAGES);
+BPF_RINGBUF_OUTPUT(proc_ring, PROC_RING_PAGES);
+
+static __always_inline void count_loss(int idx)
+{
+    u64 *v = loss.lookup(&idx);
+    if (v)
+        (*v)++;
+}
+
+static __always_inline int wanted(u64 pid_tgid)
+{
+    u32 tgid = pid_tgid >> 32;
+    if (tgid == AGENT_TGID)
+        return 0;
+#ifdef FILTER_TGIDS
+    if (!traced_tgids.lookup(&tgid))
+        return 0;
+#endif
+#ifdef FILTER_CGROUP
+    if (cgroup_filter.check_current_task(0) != 1)
+        return 0;
+#endif
+    return 1;
+}
+
+static __always_inline u64 fd_key(u32 tgid, s32 fd)
+{
+    return ((u64)tgid << 32) | (u32)fd;
+}
+
+static __always_inline int ignored(u32 tgid, s32 fd)
+{
+    u64 key = fd_key(tgid, fd);
+    u64 *mark = fd_ignore.lookup(&key);
+    if (!mark)
+        return 0;
+    u64 *gen = fd_gen.lookup(&key);
+    return gen && *gen == *mark;
+}
+
+static __always_inline int enter(u16 op, s32 fd, s32 fd2, u64 count, s64 offset, u32 flags,
+                                 const void *path1, const void *path2, int fd_based)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!wanted(id))
+        return 0;
+    struct inflight in = {};
+    if (fd_based && ignored(id >> 32, fd)) {
+        if (op != OP_CLOSE)
+            return 0;
+        in.skip = 1;
+    }
+    in.ts_enter = bpf_ktime_get_ns();
+    in.op = op;
+    in.fd = fd;
+    in.fd2 = fd2;
+    in.count = count;
+    in.offset = offset;
+    in.flags = flags;
+    in.path1 = (u64)path1;
+    in.path2 = (u64)path2;
+    u32 tid = id;
+    if (inflight.update(&tid, &in))
+        count_loss(LOSS_INFLIGHT_FULL);
+    return 0;
+}
+
+/* writev and friends: the requested bytes are the sum of the iovecs. */
+static __always_inline int enter_vec(u16 op, s32 fd, const void *vec, u64 vlen, s64 offset)
+{
+    u64 total = 0;
+    struct { u64 base; u64 len; } iov;
+#pragma unroll
+    for (int i = 0; i < IOV_SUM_MAX; i++) {
+        if (i >= vlen)
+            break;
+        if (bpf_probe_read_user(&iov, sizeof(iov), vec + i * sizeof(iov)))
+            break;
+        total += iov.len;
+    }
+    int ret = enter(op, fd, -1, total, offset, 0, 0, 0, 1);
+    if (vlen > IOV_SUM_MAX) {
+        u32 tid = bpf_get_current_pid_tgid();
+        struct inflight *in = inflight.lookup(&tid);
+        if (in)
+            in->partial = 1;
+    }
+    return ret;
+}
+
+static __always_inline int emit_path(s64 ts_enter, u32 tid, u8 slot, u64 uptr)
+{
+    struct path_event *p = path_ring.ringbuf_reserve(sizeof(struct path_event));
+    if (!p) {
+        count_loss(LOSS_PATH_RING_FULL);
+        return 0;
+    }
+    p->ts_enter = ts_enter;
+    p->tid = tid;
+    p->slot = slot;
+    p->len = bpf_probe_read_user_str(p->path, sizeof(p->path), (const void *)uptr);
+    if (p->len < 0) {
+        p->path[0] = 0;
+        count_loss(LOSS_PATH_READ_FAILED);
+    }
+    path_ring.ringbuf_submit(p, BPF_RB_NO_WAKEUP);
+    return 1;
+}
+
+static __always_inline int creates_fd(u16 op)
+{
+    return op == OP_OPENAT || op == OP_OPENAT2 || op == OP_CREAT || op == OP_DUP ||
+           op == OP_DUP2 || op == OP_DUP3 || op == OP_FCNTL;
+}
+
+static __always_inline int leave(long ret)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = id;
+    struct inflight *in = inflight.lookup(&tid);
+    if (!in)
+        return 0;
+    s64 now = bpf_ktime_get_ns();
+
+    /* A new or closed fd gets a new generation, whatever else happens. */
+    s32 changed = -1;
+    if (ret >= 0 && creates_fd(in->op))
+        changed = ret;
+    else if (ret == 0 && in->op == OP_CLOSE)
+        changed = in->fd;
+    if (changed >= 0) {
+        u64 key = fd_key(id >> 32, changed);
+        u64 gen = now;
+        fd_gen.update(&key, &gen);
+    }
+    if (in->skip)
+        goto out;
+
+    /* Paths first: a committed syscall record implies its paths are committed. */
+    u8 npaths = 0;
+    if (in->path1)
+        npaths += emit_path(in->ts_enter, tid, 0, in->path1);
+    if (in->path2)
+        npaths += emit_path(in->ts_enter, tid, 1, in->path2);
+
+    struct sys_event *e = sys_ring.ringbuf_reserve(sizeof(struct sys_event));
+    if (!e) {
+        count_loss(LOSS_SYS_RING_FULL);
+        goto out;
+    }
+    e->ts_enter = in->ts_enter;
+    e->ts_exit = now;
+    e->ret = ret;
+    e->count = in->count;
+    e->offset = in->offset;
+    e->tid = tid;
+    e->tgid = id >> 32;
+    e->fd = in->fd;
+    e->fd2 = in->fd2;
+    e->flags = in->flags;
+    e->op = in->op;
+    e->npaths = npaths;
+    e->partial = in->partial;
+    sys_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+out:
+    inflight.delete(&tid);
+    return 0;
+}
+
+#define EXIT(name) \
+    TRACEPOINT_PROBE(syscalls, sys_exit_##name) { return leave(args->ret); }
+
+/* ---- the syscalls; each is compiled only where its tracepoint exists ---- */
+
+#ifdef HAVE_write
+TRACEPOINT_PROBE(syscalls, sys_enter_write)
+{ return enter(OP_WRITE, args->fd, -1, args->count, -1, 0, 0, 0, 1); }
+EXIT(write)
+#endif
+#ifdef HAVE_pwrite64
+TRACEPOINT_PROBE(syscalls, sys_enter_pwrite64)
+{ return enter(OP_PWRITE64, args->fd, -1, args->count, args->pos, 0, 0, 0, 1); }
+EXIT(pwrite64)
+#endif
+#ifdef HAVE_writev
+TRACEPOINT_PROBE(syscalls, sys_enter_writev)
+{ return enter_vec(OP_WRITEV, args->fd, args->vec, args->vlen, -1); }
+EXIT(writev)
+#endif
+#ifdef HAVE_pwritev
+TRACEPOINT_PROBE(syscalls, sys_enter_pwritev)
+{ return enter_vec(OP_PWRITEV, args->fd, args->vec, args->vlen, args->pos_l); }
+EXIT(pwritev)
+#endif
+#ifdef HAVE_pwritev2
+TRACEPOINT_PROBE(syscalls, sys_enter_pwritev2)
+{ return enter_vec(OP_PWRITEV2, args->fd, args->vec, args->vlen, args->pos_l); }
+EXIT(pwritev2)
+#endif
+#ifdef HAVE_fsync
+TRACEPOINT_PROBE(syscalls, sys_enter_fsync)
+{ return enter(OP_FSYNC, args->fd, -1, 0, -1, 0, 0, 0, 1); }
+EXIT(fsync)
+#endif
+#ifdef HAVE_fdatasync
+TRACEPOINT_PROBE(syscalls, sys_enter_fdatasync)
+{ return enter(OP_FDATASYNC, args->fd, -1, 0, -1, 0, 0, 0, 1); }
+EXIT(fdatasync)
+#endif
+#ifdef HAVE_sync_file_range
+TRACEPOINT_PROBE(syscalls, sys_enter_sync_file_range)
+{ return enter(OP_SYNC_FILE_RANGE, args->fd, -1, args->nbytes, args->offset, args->flags, 0, 0, 1); }
+EXIT(sync_file_range)
+#endif
+#ifdef HAVE_close
+TRACEPOINT_PROBE(syscalls, sys_enter_close)
+{ return enter(OP_CLOSE, args->fd, -1, 0, -1, 0, 0, 0, 1); }
+EXIT(close)
+#endif
+#ifdef HAVE_ftruncate
+TRACEPOINT_PROBE(syscalls, sys_enter_ftruncate)
+{ return enter(OP_FTRUNCATE, args->fd, -1, args->length, -1, 0, 0, 0, 1); }
+EXIT(ftruncate)
+#endif
+#ifdef HAVE_openat
+TRACEPOINT_PROBE(syscalls, sys_enter_openat)
+{ return enter(OP_OPENAT, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
+EXIT(openat)
+#endif
+#ifdef HAVE_openat2
+TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
+{
+    u64 flags = 0;  /* struct open_how starts with the u64 flags (uapi, stable) */
+    bpf_probe_read_user(&flags, sizeof(flags), args->how);
+    return enter(OP_OPENAT2, args->dfd, -1, 0, -1, flags, args->filename, 0, 0);
+}
+EXIT(openat2)
+#endif
+#ifdef HAVE_creat
+TRACEPOINT_PROBE(syscalls, sys_enter_creat)
+{ return enter(OP_CREAT, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
+EXIT(creat)
+#endif
+#ifdef HAVE_rename
+TRACEPOINT_PROBE(syscalls, sys_enter_rename)
+{ return enter(OP_RENAME, AT_FDCWD_VAL, AT_FDCWD_VAL, 0, -1, 0, args->oldname, args->newname, 0); }
+EXIT(rename)
+#endif
+#ifdef HAVE_renameat
+TRACEPOINT_PROBE(syscalls, sys_enter_renameat)
+{ return enter(OP_RENAMEAT, args->olddfd, args->newdfd, 0, -1, 0, args->oldname, args->newname, 0); }
+EXIT(renameat)
+#endif
+#ifdef HAVE_renameat2
+TRACEPOINT_PROBE(syscalls, sys_enter_renameat2)
+{ return enter(OP_RENAMEAT2, args->olddfd, args->newdfd, 0, -1, args->flags, args->oldname, args->newname, 0); }
+EXIT(renameat2)
+#endif
+#ifdef HAVE_unlink
+TRACEPOINT_PROBE(syscalls, sys_enter_unlink)
+{ return enter(OP_UNLINK, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
+EXIT(unlink)
+#endif
+#ifdef HAVE_unlinkat
+TRACEPOINT_PROBE(syscalls, sys_enter_unlinkat)
+{ return enter(OP_UNLINKAT, args->dfd, -1, 0, -1, args->flag, args->pathname, 0, 0); }
+EXIT(unlinkat)
+#endif
+#ifdef HAVE_mkdir
+TRACEPOINT_PROBE(syscalls, sys_enter_mkdir)
+{ return enter(OP_MKDIR, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
+EXIT(mkdir)
+#endif
+#ifdef HAVE_mkdirat
+TRACEPOINT_PROBE(syscalls, sys_enter_mkdirat)
+{ return enter(OP_MKDIRAT, args->dfd, -1, 0, -1, 0, args->pathname, 0, 0); }
+EXIT(mkdirat)
+#endif
+#ifdef HAVE_newfstatat
+TRACEPOINT_PROBE(syscalls, sys_enter_newfstatat)
+{ return enter(OP_NEWFSTATAT, args->dfd, -1, 0, -1, args->flag, args->filename, 0, 0); }
+EXIT(newfstatat)
+#endif
+#ifdef HAVE_statx
+TRACEPOINT_PROBE(syscalls, sys_enter_statx)
+{ return enter(OP_STATX, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
+EXIT(statx)
+#endif
+#ifdef HAVE_chdir
+TRACEPOINT_PROBE(syscalls, sys_enter_chdir)
+{ return enter(OP_CHDIR, AT_FDCWD_VAL, -1, 0, -1, 0, args->filename, 0, 0); }
+EXIT(chdir)
+#endif
+#ifdef HAVE_fchdir
+TRACEPOINT_PROBE(syscalls, sys_enter_fchdir)
+{ return enter(OP_FCHDIR, args->fd, -1, 0, -1, 0, 0, 0, 0); }
+EXIT(fchdir)
+#endif
+/* dup*: not rows, but they create fds the fd table must know. fd_based is 0:
+ * a dup of an ignored fd still has to reach user space. */
+#ifdef HAVE_dup
+TRACEPOINT_PROBE(syscalls, sys_enter_dup)
+{ return enter(OP_DUP, args->fildes, -1, 0, -1, 0, 0, 0, 0); }
+EXIT(dup)
+#endif
+#ifdef HAVE_dup2
+TRACEPOINT_PROBE(syscalls, sys_enter_dup2)
+{ return enter(OP_DUP2, args->oldfd, args->newfd, 0, -1, 0, 0, 0, 0); }
+EXIT(dup2)
+#endif
+#ifdef HAVE_dup3
+TRACEPOINT_PROBE(syscalls, sys_enter_dup3)
+{ return enter(OP_DUP3, args->oldfd, args->newfd, 0, -1, args->flags, 0, 0, 0); }
+EXIT(dup3)
+#endif
+#ifdef HAVE_fcntl
+TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
+{
+    if (args->cmd != F_DUPFD_VAL && args->cmd != F_DUPFD_CLOEXEC_VAL)
+        return 0;
+    return enter(OP_FCNTL, args->fd, -1, 0, -1, args->cmd, 0, 0, 0);
+}
+EXIT(fcntl)
+#endif
+
+/* ---- process lifecycle: ancestry for rank inheritance and --pid/-- COMMAND ---- */
+
+static __always_inline void emit_proc(u32 kind, u32 tid, u64 clone_flags)
+{
+    struct proc_event *p = proc_ring.ringbuf_reserve(sizeof(struct proc_event));
+    if (!p) {
+        count_loss(LOSS_PROC_RING_FULL);
+        return;
+    }
+    u64 id = bpf_get_current_pid_tgid();
+    p->ts = bpf_ktime_get_ns();
+    p->clone_flags = clone_flags;
+    p->tid = tid;
+    p->tgid = id >> 32;
+    p->ptid = id;
+    p->kind = kind;
+    proc_ring.ringbuf_submit(p, BPF_RB_NO_WAKEUP);
+}
+
+TRACEPOINT_PROBE(task, task_newtask)
+{
+#ifdef FILTER_TGIDS
+    /* A traced process's children are traced from their first instruction. */
+    u32 parent = bpf_get_current_pid_tgid() >> 32;
+    if (!(args->clone_flags & CLONE_THREAD_FLAG) && traced_tgids.lookup(&parent)) {
+        u32 child = args->pid;
+        u8 one = 1;
+        traced_tgids.update(&child, &one);
+    }
+#endif
+    emit_proc(PROC_NEWTASK, args->pid, args->clone_flags);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+    emit_proc(PROC_EXEC, args->pid, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if ((u32)id != (u32)(id >> 32))
+        return 0;  /* a thread, not the process */
+#ifdef FILTER_TGIDS
+    u32 tgid = id >> 32;
+    traced_tgids.delete(&tgid);
+#endif
+    emit_proc(PROC_EXIT, (u32)id, 0);
+    return 0;
+}

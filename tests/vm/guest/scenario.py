@@ -1,0 +1,350 @@
+"""Runs inside the VM: one NFS scenario described by /job/spec.json.
+
+Topology: the NFS server in the initial network namespace (veth0, 10.0.0.1), the
+client in namespace "cli" (veth1, 10.0.0.2), tc shaping on both ends. Mount, agent,
+writers and the before/after readings all run in the client's network namespace;
+they share the initial mount namespace, where the mount lives.
+Results go to /job/out; a failure leaves its message in /job/out/error.txt.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+JOB = Path("/job")
+OUT = JOB / "out"
+SRC = Path("/src")
+VENV_PY = "/opt/slotscope-venv/bin/python"
+SERVER, CLIENT = "10.0.0.1", "10.0.0.2"
+CLI = ["nsenter", "--net=/run/netns/cli"]
+EXPORT = Path("/export")
+MNT = "/mnt/nfs"
+CKPT = "ckpt"
+CAPTURE = Path("/var/tmp/capture")  # local disk: never onto the traced mount
+T0 = time.monotonic()
+timings = {}
+
+
+class ScenarioError(RuntimeError):
+    pass
+
+
+def log(msg):
+    print(f"[guest +{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+def sh(*cmd, timeout=120):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise ScenarioError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stdout.strip()}")
+    return p.stdout
+
+
+def timed(name):
+    """Decorator: log and record how long a step took."""
+    def wrap(fn):
+        def inner(*a, **kw):
+            t = time.monotonic()
+            r = fn(*a, **kw)
+            timings[name] = round(time.monotonic() - t, 2)
+            log(f"{name}: {timings[name]} s")
+            return r
+        return inner
+    return wrap
+
+
+@timed("install_project")
+def install_project():
+    """Install the checkout under test from the read-only source share, fresh each run."""
+    SRC.mkdir(exist_ok=True)
+    sh("mount", "-t", "9p", "-o", "trans=virtio,version=9p2000.L,msize=262144,ro", "src", str(SRC))
+    copy = Path("/tmp/src")
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", "out", ".job"))
+    sh(VENV_PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+       "--disable-pip-version-check", str(copy), timeout=600)
+
+
+@timed("modules")
+def load_modules():
+    for m in ("sunrpc", "nfsd", "nfs", "nfsv3", "nfsv4", "veth", "sch_netem", "sch_tbf"):
+        sh("modprobe", m)
+
+
+def set_slots(spec):
+    """The slot limit differs by protocol: NFSv3 uses the sunrpc TCP slot table,
+    NFSv4.1+ ignores it and is limited by the session's fore channel slots. Both must
+    be set before the mount creates the transport / client."""
+    n = spec["slots"]
+    if n is None:
+        return
+    if spec["nfs_vers"] == "3":
+        # tcp_slot_table_entries (preallocated) is capped at 128 by the kernel.
+        Path("/proc/sys/sunrpc/tcp_slot_table_entries").write_text(str(min(n, 128)))
+        Path("/proc/sys/sunrpc/tcp_max_slot_table_entries").write_text(str(n))
+    else:
+        Path("/sys/module/nfs/parameters/max_session_slots").write_text(str(n))
+
+
+def netem_args(spec, loss_pct):
+    return ["netem", "delay", f"{spec['delay_ms']}ms", "loss", f"{loss_pct}%", "limit", "10000"]
+
+
+def shape(prefix, dev, spec, change=False):
+    """netem (delay, loss) at the root of dev's egress, tbf (rate) under it."""
+    verb = "change" if change else "add"
+    sh(*prefix, "tc", "qdisc", verb, "dev", dev, "root", "handle", "1:", *netem_args(spec, spec["loss_pct"]))
+    if spec["rate_mbit"] and not change:
+        burst = max(32 * 1024, int(spec["rate_mbit"] * 1e6 / 8 / 100))  # >= 10 ms at rate
+        sh(*prefix, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "tbf",
+           "rate", f"{spec['rate_mbit']}mbit", "burst", str(burst), "latency", "200ms")
+
+
+@timed("link")
+def make_link(spec):
+    sh("ip", "netns", "add", "cli")
+    sh("ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", "cli")
+    sh("ip", "addr", "add", f"{SERVER}/24", "dev", "veth0")
+    sh("ip", "link", "set", "veth0", "up")
+    sh(*CLI, "ip", "addr", "add", f"{CLIENT}/24", "dev", "veth1")
+    sh(*CLI, "ip", "link", "set", "veth1", "up")
+    sh(*CLI, "ip", "link", "set", "lo", "up")
+    shape([], "veth0", spec)
+    shape(CLI, "veth1", spec)
+
+
+def set_link_loss(spec, loss_pct):
+    for prefix, dev in (([], "veth0"), (CLI, "veth1")):
+        sh(*prefix, "tc", "qdisc", "change", "dev", dev, "root", "handle", "1:", *netem_args(spec, loss_pct))
+
+
+@timed("nfs_server")
+def start_server(spec):
+    for d in ("/var/lib/nfs/rpc_pipefs", "/run/rpcbind", EXPORT / CKPT):
+        Path(d).mkdir(parents=True, exist_ok=True)
+    sh("mount", "-t", "nfsd", "nfsd", "/proc/fs/nfsd")
+    sh("mount", "-t", "rpc_pipefs", "sunrpc", "/var/lib/nfs/rpc_pipefs")
+    Path("/etc/exports").write_text(
+        f"{EXPORT} 10.0.0.0/24(rw,sync,no_subtree_check,no_root_squash,fsid=0)\n")
+    Path("/proc/fs/nfsd/nfsv4gracetime").write_text("10")  # the minimum: first v4 OPENs wait it out
+    sh("rpcbind", "-w")
+    sh("exportfs", "-ra")
+    sh("rpc.mountd")
+    sh("rpc.nfsd", str(spec["nfsd_threads"]))
+
+
+def mount_options(spec):
+    opts = [f"vers={spec['nfs_vers']}"]
+    if spec["nfs_vers"] == "3":
+        opts.append("nolock")  # no statd/lockd in the client namespace
+    if spec["nconnect"]:
+        opts.append(f"nconnect={spec['nconnect']}")
+    if spec["wsize"]:
+        opts.append(f"wsize={spec['wsize']}")
+    return ",".join(opts)
+
+
+@timed("mount")
+def mount(spec):
+    path = str(EXPORT) if spec["nfs_vers"] == "3" else "/"  # fsid=0: the v4 pseudo-root
+    Path(MNT).mkdir(parents=True, exist_ok=True)
+    sh(*CLI, "mount", "-t", "nfs", "-o", mount_options(spec), f"{SERVER}:{path}", MNT, timeout=120)
+    return mount_options(spec)
+
+
+def link_counters():
+    """Byte counters of both ends of the link, read over netlink like the agent does."""
+    from pyroute2 import IPRoute, NetNS
+    res = {}
+    for name, ipr_factory, dev in (("server_veth0", IPRoute, "veth0"),
+                                   ("client_veth1", lambda: NetNS("cli"), "veth1")):
+        with ipr_factory() as ipr:
+            stats = ipr.get_links(ifname=dev)[0].get_attr("IFLA_STATS64")
+        res[name] = {"rx_bytes": stats["rx_bytes"], "tx_bytes": stats["tx_bytes"],
+                     "rx_packets": stats["rx_packets"], "tx_packets": stats["tx_packets"]}
+    return res
+
+
+def snapshot(tag):
+    """mountstats is per mount namespace and /proc/net/rpc/nfs per network
+    namespace: read both from a process in the client's namespaces."""
+    (OUT / f"mountstats.{tag}").write_text(sh(*CLI, "cat", "/proc/self/mountstats"))
+    (OUT / f"nfsstat.{tag}").write_text(sh(*CLI, "nfsstat", "-c"))
+    return link_counters()
+
+
+def exit_status(rc):
+    return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
+
+
+class Agent:
+    """`slotscope record` in the client namespace; ready once it says "recording"."""
+
+    def __init__(self, spec):
+        self.log = open(OUT / "agent.log", "w")
+        cmd = [*CLI, "slotscope", "record", "-o", str(CAPTURE), "--fs", "nfs", *spec["agent_args"]]
+        log(f"agent: {' '.join(cmd)}")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.ready = threading.Event()
+        threading.Thread(target=self._read_output, daemon=True).start()
+
+    def _read_output(self):
+        for line in self.proc.stdout:
+            self.log.write(line)
+            self.log.flush()
+            if "recording" in line:
+                self.ready.set()
+
+    def tail(self):
+        self.log.flush()
+        return "\n".join((OUT / "agent.log").read_text(errors="replace").splitlines()[-20:])
+
+    @timed("agent_start")
+    def wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.5):
+            if self.proc.poll() is not None:
+                raise ScenarioError(f"agent {exit_status(self.proc.returncode)} before recording:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise ScenarioError(f"agent did not print 'recording' within {timeout} s:\n{self.tail()}")
+
+    @timed("agent_stop")
+    def stop(self, timeout):
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise ScenarioError(f"agent still running {timeout} s after SIGINT:\n{self.tail()}") from None
+        if rc != 0:
+            raise ScenarioError(f"agent {exit_status(rc)}:\n{self.tail()}")
+
+
+def rank_params(spec, rank):
+    p = {"write_size": spec["write_size"], "mode": spec["mode"], "file_mb": spec["file_mb"]}
+    p.update(spec["rank_overrides"].get(str(rank), {}))
+    return p
+
+
+def dump_hang(procs):
+    """Evidence for a writer deadline: blocked tasks and kernel stacks."""
+    Path("/proc/sysrq-trigger").write_text("w")  # blocked tasks -> kernel log
+    lines = []
+    for rank, p in procs.items():
+        if p.poll() is None:  # nsenter execs the writer: p.pid is the writer
+            lines.append(f"--- rank {rank} pid {p.pid}\n{Path(f'/proc/{p.pid}/stack').read_text()}")
+    for f in Path("/sys/kernel/debug/sunrpc/rpc_clnt").glob("*/tasks"):
+        lines.append(f"--- {f}\n{f.read_text()[:4000]}")
+    (OUT / "hang.txt").write_text("\n".join(lines) + "\n")
+
+
+class Freeze(threading.Thread):
+    """Makes the server unreachable (netem loss 100% both ways) for a while."""
+
+    def __init__(self, spec, t_go):
+        super().__init__(daemon=True)
+        self.spec, self.t_go, self.window = spec, t_go, None
+
+    def run(self):
+        time.sleep(max(0.0, self.t_go + self.spec["freeze_at"] - time.monotonic()))
+        start = time.monotonic()
+        set_link_loss(self.spec, 100)
+        log("server frozen (link drops everything)")
+        time.sleep(self.spec["freeze_for"])
+        set_link_loss(self.spec, self.spec["loss_pct"])
+        log("server thawed")
+        self.window = [round(start - self.t_go, 3), round(time.monotonic() - self.t_go, 3)]
+
+
+@timed("writers")
+def run_writers(spec):
+    procs = {}
+    for rank in range(spec["ranks"]):
+        p = rank_params(spec, rank)
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec["ranks"]))
+        procs[rank] = subprocess.Popen(
+            [*CLI, VENV_PY, str(JOB / "guest/writer.py"), "--dir", f"{MNT}/{CKPT}",
+             "--write-size", str(p["write_size"]), "--mode", p["mode"],
+             "--file-bytes", str(int(p["file_mb"] * 2**20)), "--files", str(spec["files_per_rank"])],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    for rank, p in procs.items():
+        if p.stdout.readline().strip() != "ready":
+            raise ScenarioError(f"rank {rank} failed to start (exit {p.wait()})")
+    t_go = time.monotonic()
+    freeze = None
+    if spec["freeze_at"] is not None:
+        freeze = Freeze(spec, t_go)
+        freeze.start()
+    for p in procs.values():
+        p.stdin.write("go\n")
+        p.stdin.close()
+    log(f"{len(procs)} ranks started")
+    deadline = t_go + spec["writer_timeout"]
+    while any(p.poll() is None for p in procs.values()):
+        if time.monotonic() > deadline:
+            dump_hang(procs)
+            raise ScenarioError(f"writers still running after {spec['writer_timeout']} s "
+                                f"(blocked tasks and stacks in hang.txt)")
+        time.sleep(0.2)
+    ranks = []
+    for rank, p in procs.items():
+        out = p.stdout.read().strip()
+        if p.returncode != 0 or not out:
+            raise ScenarioError(f"rank {rank} {exit_status(p.returncode)}")
+        ranks.append(json.loads(out.splitlines()[-1]))
+    if freeze:
+        freeze.join()
+    return ranks, (freeze.window if freeze else None)
+
+
+def server_files():
+    """Byte counts of the written files as the server's own filesystem sees them."""
+    root = EXPORT / CKPT
+    return {str(f.relative_to(root)): f.stat().st_size for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+def main():
+    spec = json.loads((JOB / "spec.json").read_text())
+    OUT.mkdir(exist_ok=True)
+    result = {"kernel": os.uname().release,
+              "boot_seconds": float(Path("/proc/uptime").read_text().split()[0])}
+    try:
+        install_project()
+        load_modules()
+        set_slots(spec)
+        make_link(spec)
+        start_server(spec)
+        result["mount_options"] = mount(spec)
+        result["link_before"] = snapshot("before")
+        agent = None
+        if spec["agent"]:
+            agent = Agent(spec)
+            agent.wait_ready(spec["agent_start_timeout"])
+        result["ranks"], result["freeze_window_s"] = run_writers(spec)
+        if agent:
+            agent.stop(spec["agent_stop_timeout"])
+            shutil.copytree(CAPTURE, OUT / "capture")
+        result["link_after"] = snapshot("after")
+        result["server_files"] = server_files()
+        result["server_bytes"] = sum(result["server_files"].values())
+    except (ScenarioError, OSError, subprocess.SubprocessError) as e:
+        (OUT / "error.txt").write_text(f"{e}\n")
+        log(f"FAILED: {e}")
+        return 1
+    finally:
+        result["guest_step_seconds"] = timings
+        (OUT / "guest.json").write_text(json.dumps(result, indent=2) + "\n")
+        (OUT / "dmesg.txt").write_text(subprocess.run(["dmesg"], capture_output=True, text=True).stdout)
+    log("scenario done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""Build and cache the VM image: Debian bookworm with stock kernels, NFS, BCC, and a
+venv with the project's dependencies.
+
+The cache entry lives under CACHE_ROOT/<key>, where the key hashes every input of the
+build (this file, the boot files baked into the image, the project's declared
+dependencies), so changing any of them builds a new entry. The project itself is not
+in the image: each VM run installs it from a 9p share.
+"""
+
+import fcntl
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import time
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VM_DIR = HERE.parent
+REPO = VM_DIR.parent.parent
+BOOTFILES = VM_DIR / "bootfiles"
+CACHE_ROOT = Path(os.environ.get("SLOTSCOPE_VM_CACHE", "/var/cache/slotscope/vm"))
+KEEP_ENTRIES = 3  # finished images kept; each is ~1.5 GB
+
+VENV = "/opt/slotscope-venv"
+PACKAGES = [
+    "nfs-kernel-server", "nfs-common", "rpcbind", "python3", "python3-venv",
+    "python3-bpfcc", "bpfcc-tools", "iproute2", "kmod", "procps", "util-linux",
+    "ca-certificates", "busybox-static",
+]
+# kernel name -> the suite whose linux-image-amd64 metapackage picks the ABI. 6.1's
+# headers exist only in bookworm-security; 6.12 comes from bookworm-backports.
+KERNELS = {"6.1": "bookworm-security", "6.12": "bookworm-backports"}
+# Modules the initramfs needs to reach the root disk (modprobe adds their dependencies;
+# crc32c_generic is only a soft dependency of ext4, so it is named).
+INITRD_MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4"]
+FREE_SPACE = 3 << 30  # room in the root filesystem for exported files and captures
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@dataclass
+class Image:
+    """A finished cache entry."""
+    path: Path
+
+    @property
+    def manifest(self):
+        return json.loads((self.path / "manifest.json").read_text())
+
+    def kernel(self, name):
+        k = self.manifest["kernels"].get(name)
+        if k is None:
+            raise BuildError(f"kernel {name!r} is not in image {self.path} "
+                             f"(has: {', '.join(self.manifest['kernels'])})")
+        return self.path / k["vmlinuz"], self.path / k["initrd"]
+
+    @property
+    def rootfs(self):
+        return self.path / "rootfs.img"
+
+
+def project_dependencies():
+    """The dependencies the venv needs, as declared in pyproject.toml."""
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return sorted(meta.get("dependencies", []) + meta.get("optional-dependencies", {}).get("test", []))
+
+
+def cache_key():
+    h = hashlib.sha256()
+    for f in [Path(__file__), *sorted(BOOTFILES.iterdir())]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update(json.dumps(project_dependencies()).encode())
+    return h.hexdigest()[:16]
+
+
+def log(msg):
+    print(f"[vm-image] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd, **kw):
+    """Run a command; on failure raise with the tail of its output."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if p.returncode != 0:
+        tail = "\n".join(p.stdout.splitlines()[-25:])
+        raise BuildError(f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n{tail}")
+    return p.stdout
+
+
+class Chroot:
+    """Commands in the root filesystem being built, with /proc mounted and a clean
+    environment (the host's pip and apt settings must not leak in)."""
+    ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+           "DEBIAN_FRONTEND": "noninteractive"}
+
+    def __init__(self, root):
+        self.root = root
+
+    def __enter__(self):
+        run(["mount", "-t", "proc", "proc", self.root / "proc"])
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["umount", "-l", self.root / "proc"], check=False)
+
+    def __call__(self, *cmd):
+        return run(["chroot", self.root, *cmd], env=self.ENV)
+
+
+def apt_sources():
+    """The mirror and security mirror this host's apt uses (the only reachable ones)."""
+    mirror, security = "http://deb.debian.org/debian", None
+    src = Path("/etc/apt/sources.list.d/debian.sources")
+    if src.exists():
+        for stanza in src.read_text().split("\n\n"):
+            fields = dict(line.split(":", 1) for line in stanza.splitlines()
+                          if ":" in line and not line.startswith("#"))
+            uri = fields.get("URIs", "").split()[0] if fields.get("URIs") else None
+            if uri and "-security" in fields.get("Suites", ""):
+                security = uri
+            elif uri:
+                mirror = uri
+    return mirror.rstrip("/"), (security or mirror + "-security").rstrip("/")
+
+
+def umount_under(path):
+    """Lazily unmount anything left mounted below path (a killed earlier build)."""
+    prefix = str(path) + "/"
+    for line in reversed(Path("/proc/mounts").read_text().splitlines()):
+        target = line.split()[1]
+        if target.startswith(prefix):
+            subprocess.run(["umount", "-l", target], check=False)
+
+
+def remove_tree(path):
+    umount_under(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Steps:
+    """Times each build step and prints it."""
+    def __init__(self):
+        self.times = {}
+
+    def __call__(self, name, fn, *args):
+        log(f"{name} ...")
+        t0 = time.monotonic()
+        out = fn(*args)
+        self.times[name] = round(time.monotonic() - t0, 1)
+        log(f"{name}: {self.times[name]} s")
+        return out
+
+
+def build(stage):
+    """Build every artifact into the directory stage; return the manifest."""
+    root = stage / "rootfs"
+    mirror, security = apt_sources()
+    step = Steps()
+    step("debootstrap", run, ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES),
+                              "bookworm", root, mirror])
+    (root / "etc/apt/sources.list").write_text(
+        f"deb {mirror} bookworm main\ndeb {mirror} bookworm-updates main\n"
+        f"deb {security} bookworm-security main\ndeb {mirror} bookworm-backports main\n")
+    # pip in the chroot must trust the same CAs as the host (TLS is intercepted here).
+    shutil.copy("/etc/ssl/certs/ca-certificates.crt", root / "etc/ssl/certs/ca-certificates.crt")
+    kernels = {}
+    with Chroot(root) as ch:
+        step("apt-get update", ch, "apt-get", "update", "-q")
+        # A kernel package would build an initramfs nobody uses (make_initrd makes ours).
+        ch("dpkg-divert", "--local", "--rename", "--add", "/usr/sbin/update-initramfs")
+        ch("ln", "-s", "/bin/true", "/usr/sbin/update-initramfs")
+        for name, suite in KERNELS.items():
+            kernels[name] = step(f"kernel {name}", install_kernel, ch, stage, suite)
+        step("python venv", make_venv, ch)
+        ch("apt-get", "clean")
+    shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
+    shutil.copy(BOOTFILES / "vminit", root / "sbin/vminit")
+    (root / "etc/hostname").write_text("vm\n")
+    for d in ("export", "mnt/nfs"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for name, k in kernels.items():
+        step(f"initramfs {name}", make_initrd, root, stage, name, k["abi"])
+    step("ext4 image", make_rootfs_image, root, stage / "rootfs.img")
+    remove_tree(root)
+    return {"kernels": kernels, "dependencies": project_dependencies(), "step_seconds": step.times,
+            "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def install_kernel(ch, stage, suite):
+    """The kernel the suite's linux-image-amd64 points at, and its headers (BCC
+    compiles against them)."""
+    deps = ch("apt-cache", "-t", suite, "depends", "linux-image-amd64")
+    abi = next((line.split("linux-image-", 1)[1].strip() for line in deps.splitlines()
+                if "Depends: linux-image-" in line), None)
+    if not abi:
+        raise BuildError(f"cannot resolve linux-image-amd64 in {suite}:\n{deps}")
+    ch("apt-get", "install", "-y", "-q", "--no-install-recommends", f"linux-image-{abi}", f"linux-headers-{abi}")
+    vmlinuz = f"vmlinuz-{abi}"
+    shutil.copy(ch.root / "boot" / vmlinuz, stage / vmlinuz)
+    return {"abi": abi, "suite": suite, "vmlinuz": vmlinuz, "initrd": f"initrd-{abi}.img"}
+
+
+def make_venv(ch):
+    ch("python3", "-m", "venv", "--system-site-packages", VENV)  # system site: Debian's bcc
+    # setuptools>=70 builds wheels without the separate "wheel" package, which
+    # `pip install --no-build-isolation` of the project at each run relies on.
+    ch(f"{VENV}/bin/pip", "install", "-q", "--disable-pip-version-check",
+       "setuptools>=70", *project_dependencies())
+    ch(f"{VENV}/bin/python", "-c", "import bcc, pyarrow, numpy, pyroute2, textual, pytest")
+
+
+def make_initrd(root, stage, name, abi):
+    tree = stage / f"initrd-{name}"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "mods").mkdir()
+    shutil.copy(root / "bin/busybox", tree / "bin/busybox")  # busybox-static
+    shutil.copy(BOOTFILES / "initrd-init", tree / "init")
+    show = run(["chroot", root, "modprobe", "-S", abi, "--show-depends", "-a", *INITRD_MODULES],
+               env=Chroot.ENV)
+    order = []
+    for line in show.splitlines():
+        if not line.startswith("insmod "):
+            continue  # "builtin ..." lines
+        ko = Path(line.split()[1])
+        data = (root / ko.relative_to("/")).read_bytes()
+        if ko.suffix == ".xz":  # busybox insmod cannot decompress
+            data, ko = lzma.decompress(data), ko.with_suffix("")
+        if ko.name not in order:
+            (tree / "mods" / ko.name).write_bytes(data)
+            order.append(ko.name)
+    (tree / "mods/order").write_text("\n".join(order) + "\n")
+    img = stage / f"initrd-{abi}.img"
+    run(["sh", "-c", f"cd '{tree}' && find . | cpio -o -H newc 2>/dev/null | gzip -1 > '{img}'"])
+    shutil.rmtree(tree)
+
+
+def make_rootfs_image(root, img):
+    used = int(run(["du", "-sb", root]).split()[0])
+    with open(img, "wb") as f:
+        f.truncate(used + FREE_SPACE)  # sparse
+    run(["mkfs.ext4", "-q", "-F", "-L", "vmroot", "-d", root, img])
+
+
+def prune(keep):
+    entries = sorted((p for p in CACHE_ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in [e for e in entries if e != keep][KEEP_ENTRIES - 1:]:
+        log(f"removing old image {old}")
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def ensure_image(rebuild=False):
+    """Return the cached image for the current inputs, building it if needed. A lock
+    serialises concurrent builds; a finished entry appears by an atomic rename."""
+    key = cache_key()
+    final = CACHE_ROOT / key
+    if final.is_dir() and not rebuild:
+        return Image(final)
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_ROOT / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.is_dir() and not rebuild:
+            log(f"image {key} was built meanwhile")
+            return Image(final)
+        for stale in CACHE_ROOT.glob(".stage-*"):  # left by a killed build
+            remove_tree(stale)
+        stage = CACHE_ROOT / f".stage-{key}-{os.getpid()}"
+        stage.mkdir()
+        log(f"building image {key} in {stage}")
+        t0 = time.monotonic()
+        try:
+            manifest = build(stage)
+            manifest["key"] = key
+            manifest["build_seconds"] = round(time.monotonic() - t0, 1)
+            (stage / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            if final.exists():  # --rebuild: the old entry goes away first
+                shutil.rmtree(final)
+            os.rename(stage, final)
+        except BaseException:
+            remove_tree(stage)
+            raise
+        log(f"image {key} built in {manifest['build_seconds']} s: {final}")
+        prune(final)
+        return Image(final)

@@ -1,0 +1,44 @@
+"""Parse /proc/self/mountstats for one NFS mount: per-op counters and transports."""
+
+OP_FIELDS = ("ops", "ntrans", "timeouts", "bytes_sent", "bytes_recv", "queue_ms", "rtt_ms",
+             "execute_ms", "errors")
+# "xprt: tcp ..." after the protocol name (net/sunrpc/xprtsock.c, xs_tcp_print_stats)
+TCP_FIELDS = ("srcport", "bind_count", "connect_count", "connect_time", "idle_time", "sends",
+              "recvs", "bad_xids", "req_u", "bklog_u", "max_slots", "sending_u", "pending_u")
+
+
+def parse(text, mountpoint="/mnt/nfs"):
+    ops, xprts, inside = {}, [], False
+    for line in text.splitlines():
+        if line.startswith("device "):
+            inside = f" mounted on {mountpoint} " in line
+            continue
+        if not inside:
+            continue
+        parts = line.split()
+        if parts and parts[0] == "xprt:" and parts[1] == "tcp":
+            xprts.append(dict(zip(TCP_FIELDS, map(int, parts[2:]))))
+        elif parts and parts[0].endswith(":") and parts[0][:-1].isupper() and parts[1:] \
+                and all(p.isdigit() for p in parts[1:]):
+            ops[parts[0][:-1]] = dict(zip(OP_FIELDS, map(int, parts[1:])))
+    if not ops:
+        raise ValueError(f"no NFS mount on {mountpoint} in mountstats")
+    return {"ops": ops, "xprt": xprts}
+
+
+def delta(before, after):
+    """Counter differences per op; transports as they are after (max_slots is a
+    high-water mark, so only the after value means anything)."""
+    ops = {name: {k: v - before["ops"].get(name, {}).get(k, 0) for k, v in c.items()}
+           for name, c in after["ops"].items()}
+    xprt_lines = [" ".join(f"{k}={x[k]}" for k in ("sends", "recvs", "max_slots", "req_u", "bklog_u"))
+                  for x in after["xprt"]]
+    return {"ops": ops, "xprt_lines": xprt_lines}
+
+
+def describe(op):
+    n = max(op["ops"], 1)
+    return (f"ops={op['ops']} ntrans={op['ntrans']} timeouts={op['timeouts']} "
+            f"bytes_sent={op['bytes_sent']} backlog(queue)={op['queue_ms']} ms "
+            f"(avg {op['queue_ms'] / n:.1f}) rtt={op['rtt_ms']} ms (avg {op['rtt_ms'] / n:.1f}) "
+            f"execute={op['execute_ms']} ms (avg {op['execute_ms'] / n:.1f})")

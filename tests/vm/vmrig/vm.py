@@ -1,0 +1,127 @@
+"""Boot the image in qemu and run one job in it.
+
+The job is an executable `job` in a host directory shared over 9p (tag "job"); the
+guest's PID 1 (bootfiles/vminit) runs it, writes its exit status to `rc` in the share
+and powers off. The serial console goes to a log file. A hard timeout kills a hung VM.
+"""
+
+import hashlib
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .image import CACHE_ROOT, Image
+
+MEMORY_MB = 1536
+CPUS = 2
+CONSOLE_TAIL = 40
+
+
+class VMError(RuntimeError):
+    pass
+
+
+class VMTimeout(VMError):
+    pass
+
+
+@dataclass
+class Share:
+    tag: str
+    path: Path
+    readonly: bool = False
+
+
+@dataclass
+class Result:
+    rc: int
+    seconds: float
+    accel: str
+    console: Path
+
+
+def console_tail(console, n=CONSOLE_TAIL):
+    try:
+        lines = Path(console).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no console log)"
+    return "\n".join(lines[-n:])
+
+
+def qemu_command(image, kernel, accel, console, shares, append=""):
+    vmlinuz, initrd = image.kernel(kernel)
+    cmd = ["qemu-system-x86_64", "-accel", accel, "-m", str(MEMORY_MB), "-smp", str(CPUS),
+           "-display", "none", "-monitor", "none", "-serial", f"file:{console}",
+           "-no-reboot", "-nic", "none", "-kernel", str(vmlinuz), "-initrd", str(initrd),
+           "-append", f"console=ttyS0 panic=-1 loglevel=4 {append}".strip()]
+    # TCG's default CPU (qemu64) lacks SSE4.2/AVX, which numpy and pyarrow wheels need
+    # (they die with SIGILL); "max" gives everything TCG can emulate.
+    cmd += ["-cpu", "host" if accel == "kvm" else "max"]
+    # -snapshot: writes go to a temporary overlay, so the cached image stays pristine
+    # and VMs can run concurrently.
+    cmd += ["-drive", f"file={image.rootfs},format=raw,if=virtio,cache=unsafe", "-snapshot"]
+    for s in shares:
+        cmd += ["-virtfs", f"local,path={s.path},mount_tag={s.tag},security_model=none,id={s.tag}"
+                + (",readonly=on" if s.readonly else "")]
+    return cmd
+
+
+def kvm_works(image, kernel):
+    """KVM is used only if this kernel really boots under it: on some hosts /dev/kvm
+    exists but the guest dies with "emulation failure". The probe boots the kernel
+    without a root disk (it panics, which is success) and is cached per host boot."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    vmlinuz, _ = image.kernel(kernel)
+    key = hashlib.sha256(f"{boot_id} {vmlinuz}".encode()).hexdigest()[:16]
+    verdict = CACHE_ROOT / f".kvm-{key}"
+    if verdict.exists():
+        return verdict.read_text() == "yes"
+    console = CACHE_ROOT / f".kvm-{key}.log"
+    cmd = ["qemu-system-x86_64", "-accel", "kvm", "-cpu", "host", "-m", "256", "-display", "none",
+           "-monitor", "none", "-serial", f"file:{console}", "-no-reboot", "-nic", "none",
+           "-kernel", str(vmlinuz), "-append", "console=ttyS0 panic=-1"]
+    try:
+        subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pass  # a KVM "emulation failure" leaves qemu paused forever
+    ok = "Kernel panic" in console.read_text(errors="replace") if console.exists() else False
+    verdict.write_text("yes" if ok else "no")
+    return ok
+
+
+def choose_accel(image, kernel):
+    forced = os.environ.get("SLOTSCOPE_VM_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced
+    return "kvm" if kvm_works(image, kernel) else "tcg"
+
+
+def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print):
+    """Boot, run job_dir/job, power off. Returns Result (rc is the job's exit status);
+    raises VMTimeout (with the console tail) if the VM is still up after timeout s."""
+    job_dir = Path(job_dir)
+    (job_dir / "rc").unlink(missing_ok=True)
+    accel = choose_accel(image, kernel)
+    cmd = qemu_command(image, kernel, accel, console, [Share("job", job_dir), *shares])
+    log(f"booting kernel {kernel} ({accel}), timeout {timeout} s, console {console}")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise VMTimeout(f"VM still running after the {timeout} s timeout; killed it. "
+                        f"Console {console}, last lines:\n{console_tail(console)}") from None
+    seconds = round(time.monotonic() - t0, 1)
+    rc_file = job_dir / "rc"
+    if proc.returncode != 0 or not rc_file.exists():
+        raise VMError(f"VM ended without a job status (qemu exit {proc.returncode}) after {seconds} s."
+                      f"\nqemu: {out.strip()}\nConsole {console}, last lines:\n{console_tail(console)}")
+    return Result(rc=int(rc_file.read_text().strip() or 255), seconds=seconds, accel=accel,
+                  console=Path(console))

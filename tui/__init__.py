@@ -1,0 +1,1 @@
+"""The Textual TUI. Imports textual and the analyzer, never bcc."""
