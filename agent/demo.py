@@ -1,0 +1,43 @@
+"""`slotscope demo`: the main job on the embedded default.
+
+On this kind of machine (no NFS in the kernel) the default is a live recording
+of the bundled checkpoint workload on the local kernel, then its analysis.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+
+from slotscope.analyzer.analysis import analyze, render_text
+from slotscope.analyzer.job import Job
+
+from .meta import slotscope_version
+from .recorder import RecordError, RecordOptions, record
+
+
+def run_demo(args) -> int:
+    if os.geteuid() != 0:
+        print("slotscope demo: records with BPF, which needs root: run it with sudo", file=sys.stderr)
+        return 1
+    work = tempfile.mkdtemp(prefix="slotscope-demo-")
+    capture = args.keep or os.path.join(work, "capture")
+    ckpt = os.path.join(work, "checkpoint")
+    workload = [sys.executable, "-m", "slotscope.agent.workload", "--dir", ckpt, "--ranks", str(args.ranks)]
+    print(f"slotscope demo: recording a {args.ranks}-rank checkpoint save into {ckpt}", file=sys.stderr)
+    try:
+        status = record(RecordOptions(output=capture, paths=[ckpt], command=workload, status=False),
+                        ["slotscope", "record", "--path", ckpt, "--"] + workload)
+        if status:
+            print(f"slotscope demo: the workload failed with status {status}", file=sys.stderr)
+            return 1
+        print(render_text(analyze(Job.open([capture]), slotscope_version())))
+        if args.keep:
+            print(f"\ncapture kept in {capture}", file=sys.stderr)
+        return 0
+    except RecordError as exc:
+        print(f"slotscope demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,209 @@
+"""The agent on this machine's kernel: real BCC, real processes, real Arrow files."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.compute as pc
+import pytest
+from livehelp import slotscope, start_slotscope, wait_recording
+
+from slotscope.analyzer.capture import Capture
+
+pytestmark = [pytest.mark.live, pytest.mark.usefixtures("bpf_ready")]
+
+CHECKED_SYSCALLS = ("write", "pwrite64", "writev", "fsync", "close", "openat")
+
+
+def _writer_loop(path, seconds, chunk=4096):
+    """A process that appends to `path` until told to stop (or `seconds` pass)."""
+    code = ("import os,sys,time\n"
+            "fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT|os.O_APPEND,0o600)\n"
+            "end=time.time()+float(sys.argv[2])\n"
+            "while time.time()<end:\n"
+            "    os.write(fd,b'u'*int(sys.argv[3])); time.sleep(0.002)\n")
+    return subprocess.Popen([sys.executable, "-c", code, path, str(seconds), str(chunk)])
+
+
+def test_ranks_bytes_and_syscalls_exact(tmp_path):
+    """Four ranks, one writing from a thread and one from a child without rank variables:
+    the analysis charges each rank exactly what it wrote, through which syscalls. A process
+    writing under the same directory at the same time, not part of the command, is absent."""
+    ckpt, cap, manifest = tmp_path / "ckpt", tmp_path / "cap", tmp_path / "manifest.json"
+    ckpt.mkdir()
+    intruder = _writer_loop(str(ckpt / "intruder.bin"), 30)
+    try:
+        res = slotscope("record", "-o", str(cap), "--path", str(ckpt), "-q", "--",
+                        sys.executable, "-m", "slotscope.agent.workload", "--dir", str(ckpt),
+                        "--ranks", "4", "--manifest", str(manifest))
+    finally:
+        intruder.kill()
+        intruder.wait()
+    assert res.returncode == 0, res.stderr
+    truth = {r["rank"]: r for r in json.loads(manifest.read_text())["ranks"]}
+
+    out = slotscope("analyze", "--json", str(cap))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    ranked = {r["rank"]: r for r in result["ranks"] if r["rank"] is not None}
+    assert sorted(ranked) == [0, 1, 2, 3]
+    for rank, want in truth.items():
+        got = ranked[rank]
+        assert got["bytes_written"] == want["bytes_written"], rank
+        for name in CHECKED_SYSCALLS:
+            assert got["syscalls"].get(name, {}).get("count", 0) == want["syscalls"].get(name, 0), (rank, name)
+        assert want["pid"] in got["pids"]
+    # rank 1's writer subprocess has no RANK of its own: inherited, in rank 1's pids
+    assert len(ranked[1]["pids"]) == 2
+    assert all(intruder.pid not in r["pids"] for r in result["ranks"])
+    paths = Capture.open(str(cap)).read("syscall")["path"].to_pylist()
+    assert not any(p and p.endswith("intruder.bin") for p in paths)
+
+
+def test_unrelated_files_and_processes_filtered(tmp_path):
+    """Tracing every process with a --path filter: rows only for files under the prefix."""
+    inside, outside, cap = tmp_path / "in", tmp_path / "out", tmp_path / "cap"
+    inside.mkdir()
+    outside.mkdir()
+    agent = start_slotscope("record", "-o", str(cap), "--path", str(inside), "-q")
+    wait_recording(agent)
+    a = _writer_loop(str(inside / "a.bin"), 1.0)
+    b = _writer_loop(str(outside / "b.bin"), 1.0)
+    a.wait()
+    b.wait()
+    time.sleep(0.3)
+    agent.send_signal(signal.SIGINT)
+    assert agent.wait(30) == 0, agent.stderr.read()
+    t = Capture.open(str(cap)).read("syscall")
+    paths = set(t["path"].to_pylist())
+    assert str(inside / "a.bin") in paths
+    assert not any(p.startswith(str(outside)) for p in paths if p)
+    assert set(t["tgid"].to_pylist()) == {a.pid}
+
+
+def test_fd_opened_before_recording_is_named(tmp_path):
+    """A file opened before the agent started: its writes still name path, dev and inode."""
+    target, go, cap = tmp_path / "early.bin", tmp_path / "go", tmp_path / "cap"
+    code = ("import os,sys,time\n"
+            "fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o600)\n"
+            "while not os.path.exists(sys.argv[2]): time.sleep(0.01)\n"
+            "for i in range(5): os.write(fd,b'e'*1000)\n"
+            "os.dup2(fd, 40); os.write(40, b'd'*10)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target), str(go)])
+    time.sleep(0.5)
+    agent = start_slotscope("record", "-o", str(cap), "--pid", str(proc.pid), "--fs", "any", "-q")
+    wait_recording(agent)
+    go.touch()
+    proc.wait()
+    time.sleep(0.3)
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(30) == 0, agent.stderr.read()
+    t = Capture.open(str(cap)).read("syscall")
+    writes = t.filter(pc.equal(t["syscall"].cast("string"), "write"))
+    st = os.stat(target)
+    assert writes.num_rows == 6
+    assert set(writes["path"].to_pylist()) == {str(target)}
+    assert set(writes["ino"].to_pylist()) == {st.st_ino}
+    assert set(writes["dev"].to_pylist()) == {st.st_dev}
+    assert pc.sum(writes["bytes"]).as_py() == 5010
+    assert writes["fd"].to_pylist().count(40) == 1   # the write through the dup2'ed fd
+
+
+def test_rename_and_open_rows_name_both_paths(tmp_path):
+    cap, d = tmp_path / "cap", tmp_path / "d"
+    d.mkdir()
+    code = ("import os,sys\n"
+            "p=os.path.join(sys.argv[1],'x.tmp')\n"
+            "fd=os.open(p,os.O_WRONLY|os.O_CREAT,0o600); os.write(fd,b'1'); os.close(fd)\n"
+            "os.rename(p, os.path.join(sys.argv[1],'x.final'))\n")
+    res = slotscope("record", "-o", str(cap), "--path", str(d), "-q", "--", sys.executable, "-c", code, str(d))
+    assert res.returncode == 0, res.stderr
+    t = Capture.open(str(cap)).read("syscall").to_pylist()
+    ren = [r for r in t if r["syscall"] == "rename"]
+    assert len(ren) == 1
+    assert ren[0]["path"] == str(d / "x.tmp") and ren[0]["path2"] == str(d / "x.final")
+    opens = [r for r in t if r["syscall"] == "openat"]
+    assert opens and opens[0]["fd"] == -100 and opens[0]["ret"] >= 0
+
+
+def test_command_exit_status_and_clean_stop(tmp_path):
+    res = slotscope("record", "-o", str(tmp_path / "cap"), "--fs", "any", "-q", "--", "sh", "-c", "exit 3")
+    assert res.returncode == 3
+    cap = Capture.open(str(tmp_path / "cap"))
+    assert cap.meta["stop_reason"] == "command exited"
+    assert "stop" in cap.meta
+
+
+def test_duration_and_sigterm_stop(tmp_path):
+    t0 = time.monotonic()
+    res = slotscope("record", "-o", str(tmp_path / "c1"), "--duration", "2", "-q")
+    assert res.returncode == 0, res.stderr
+    assert Capture.open(str(tmp_path / "c1")).meta["stop_reason"] == "duration reached"
+    assert time.monotonic() - t0 < 60
+    agent = start_slotscope("record", "-o", str(tmp_path / "c2"))
+    wait_recording(agent)
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(30) == 0
+    assert "stopped (SIGTERM)" in agent.stderr.read()
+    assert Capture.open(str(tmp_path / "c2")).meta["stop_reason"] == "SIGTERM"
+
+
+def test_sigkill_keeps_finished_segments(tmp_path):
+    """SIGKILL mid-capture: every finished segment reads back, and at most about a
+    second of rows (the open segment) is lost."""
+    d, cap = tmp_path / "d", tmp_path / "cap"
+    d.mkdir()
+    writer = _writer_loop(str(d / "w.bin"), 60)
+    agent = start_slotscope("record", "-o", str(cap), "--path", str(d), "-q")
+    try:
+        wait_recording(agent)
+        time.sleep(4)
+        killed_at = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        agent.kill()
+        agent.wait()
+    finally:
+        writer.kill()
+        writer.wait()
+    c = Capture.open(str(cap))
+    assert c.live  # no stop record: it was killed
+    segments = c.segments("syscall")
+    assert len(segments) >= 2
+    t = c.read("syscall")
+    assert c.problems == []
+    newest = pc.max(t["ts_exit"]).as_py()
+    assert killed_at - newest < 2.5e9, (killed_at - newest) / 1e9
+
+
+def test_refuses_bad_output_paths(tmp_path):
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    res = slotscope("record", "-o", str(tmp_path / "link"), "--duration", "1")
+    assert res.returncode == 1 and "symbolic link" in res.stderr and "Traceback" not in res.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep me")
+    res = slotscope("record", "-o", str(tmp_path / "full"), "--duration", "1")
+    assert res.returncode == 1 and "not empty" in res.stderr
+    assert (tmp_path / "full" / "x").read_text() == "keep me"
+
+
+def test_disk_full_stops_cleanly(tmp_path):
+    """A full disk: exit 1 with a clear message; the finished segments stay readable."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True)
+    d = tmp_path / "d"
+    d.mkdir()
+    writer = _writer_loop(str(d / "w.bin"), 60, chunk=64)
+    try:
+        res = slotscope("record", "-o", str(mnt / "cap"), "--path", str(d), "--duration", "60", "-q",
+                        timeout=120)
+        assert res.returncode == 1
+        assert "disk full" in res.stderr and "Traceback" not in res.stderr
+        c = Capture.open(str(mnt / "cap"))
+        assert c.read("syscall").num_rows > 0
+    finally:
+        writer.kill()
+        writer.wait()
+        subprocess.run(["umount", str(mnt)], check=False)
