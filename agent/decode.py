@@ -18,6 +18,9 @@ from .layouts import (BOOKKEEPING_OPS, CLONE_THREAD, DUP_OPS, OP_NAME, OP_NUMBER
 from .tables import SYSCALL
 
 AT_EMPTY_PATH = 0x1000
+O_CLOEXEC = 0o2000000
+F_DUPFD_CLOEXEC = 1030
+CLOSE_RANGE_CLOEXEC = 1 << 2
 FD_OPS = WRITE_OPS | {"fsync", "fdatasync", "sync_file_range", "close", "ftruncate"}
 _FD_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in FD_OPS), np.uint16)
 _WRITE_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in WRITE_OPS), np.uint16)
@@ -37,22 +40,18 @@ class Decoder:
         self.unnamed = 0   # rows dropped because their fd could not be named
 
     # ---- process events ----
-    def _procs(self, procs: np.ndarray) -> None:
-        for tgid in self._exits:  # deferred one batch: their last syscalls may come after the exit
-            self.fds.drop_process(tgid)
-            self.registry.forget(tgid)
-        self._exits = []
-        for ev in procs.tolist() if procs.size else ():
-            ts, clone_flags, tid, tgid, _ptid, kind = ev
-            if kind == PROC_NEWTASK and not clone_flags & CLONE_THREAD:
-                self.fds.fork(tgid, tid, ts)
-                self.identities.note_fork(tgid, tid)
-                if tgid in self.registry.cwd:
-                    self.registry.cwd[tid] = self.registry.cwd[tgid]
-            elif kind == PROC_EXEC:
-                self.identities.exec_(tgid, ts)
-            elif kind == PROC_EXIT:
-                self._exits.append(tid)
+    def _proc_event(self, ev: tuple) -> None:
+        ts, clone_flags, tid, tgid, _ptid, kind = ev
+        if kind == PROC_NEWTASK and not clone_flags & CLONE_THREAD:
+            self.fds.fork(tgid, tid, ts)
+            self.identities.note_fork(tgid, tid)
+            if tgid in self.registry.cwd:
+                self.registry.cwd[tid] = self.registry.cwd[tgid]
+        elif kind == PROC_EXEC:
+            self.fds.close_fds(tgid, ts, only_cloexec=True)
+            self.identities.exec_(tgid, ts)
+        elif kind == PROC_EXIT:
+            self._exits.append(tid)
 
     # ---- paths ----
     def _take_paths(self, paths: np.ndarray) -> None:
@@ -75,9 +74,19 @@ class Decoder:
         return os.path.normpath(os.path.join(base, path)) if base else None
 
     # ---- the one-by-one calls ----
-    def _structural(self, ev: np.ndarray, idx: np.ndarray, fids: np.ndarray, path2: list) -> None:
-        order = idx[np.argsort(ev["ts_exit"][idx], kind="stable")]
-        for i in order.tolist():
+    def _structural(self, ev: np.ndarray, idx: np.ndarray, procs: np.ndarray, fids: np.ndarray,
+                    path2: list) -> None:
+        """Fd-table changes and process events, applied in time order (a fork copies the
+        fds its parent had at that moment)."""
+        times = np.concatenate([ev["ts_exit"][idx], procs["ts"]])
+        order = np.argsort(times, kind="stable").tolist()
+        proc_list = procs.tolist()
+        idx = idx.tolist()
+        for j in order:
+            if j >= len(idx):
+                self._proc_event(proc_list[j - len(idx)])
+                continue
+            i = idx[j]
             op = OP_NAME[int(ev["op"][i])]
             tid, tgid = int(ev["tid"][i]), int(ev["tgid"][i])
             t0, t1, ret = int(ev["ts_enter"][i]), int(ev["ts_exit"][i]), int(ev["ret"][i])
@@ -90,7 +99,14 @@ class Decoder:
             elif op in DUP_OPS:
                 if ret >= 0:
                     at = self.fds.at(FdTable.key(tgid, fd), t0)
-                    self.fds.set(FdTable.key(tgid, ret), t1, at[1] if at else UNKNOWN)
+                    flags = int(ev["flags"][i])
+                    cloexec = (op == "dup3" and flags & O_CLOEXEC) or (op == "fcntl" and flags == F_DUPFD_CLOEXEC)
+                    self.fds.set(FdTable.key(tgid, ret), t1, at[1] if at else UNKNOWN, bool(cloexec))
+            elif op == "close_range":
+                if ret == 0:
+                    flags = int(ev["flags"][i])
+                    self.fds.close_fds(tgid, t1, fd & 0xFFFFFFFF, fd2 & 0xFFFFFFFF,
+                                       mark_cloexec=bool(flags & CLOSE_RANGE_CLOEXEC))
             elif op == "fchdir":
                 at = self.fds.at(FdTable.key(tgid, fd), t0)
                 if ret == 0 and at and at[1] >= 0:
@@ -115,7 +131,7 @@ class Decoder:
                     if second and fids[i] >= 0 and not self.registry.files[fids[i]].matched:
                         fids[i] = self.registry.file_id(tgid, second)  # renamed onto a traced path
                 if op in OPEN_OPS and ret >= 0:
-                    self.fds.set(FdTable.key(tgid, ret), t1, fids[i])
+                    self.fds.set(FdTable.key(tgid, ret), t1, fids[i], bool(int(ev["flags"][i]) & O_CLOEXEC))
                     self.registry.learn_ino(fids[i], tgid, ret)
                     if not self.registry.files[fids[i]].matched:
                         self._ignore(tgid, ret, t1)
@@ -127,9 +143,13 @@ class Decoder:
 
     # ---- a whole batch ----
     def feed(self, sys: np.ndarray, paths: np.ndarray, procs: np.ndarray) -> pa.Table | None:
-        self._procs(procs)
+        for tgid in self._exits:  # deferred one batch: their last syscalls may come after the exit
+            self.fds.drop_process(tgid)
+            self.registry.forget(tgid)
+        self._exits = []
         self._take_paths(paths)
         if sys.size == 0:
+            self._structural(sys, np.empty(0, np.int64), procs, None, [])
             return None
         n = sys.size
         fids = np.full(n, UNKNOWN, np.int64)
@@ -137,7 +157,7 @@ class Decoder:
         ops = sys["op"]
         fd_rows = np.isin(ops, _FD_OP_NUMS) & (ops != OP_NUMBER["close"])
         structural = np.flatnonzero(~fd_rows)
-        self._structural(sys, structural, fids, path2)
+        self._structural(sys, structural, procs, fids, path2)
 
         rows = np.flatnonzero(fd_rows)
         if rows.size:

@@ -21,7 +21,9 @@ from .mounts import NFS_TYPES, MountTable
 
 AT_FDCWD = -100
 UNKNOWN = -1           # file id of an fd we could not name
-HISTORY_SECONDS = 5.0  # keep older mappings this long for writes that started before a close
+HISTORY_SECONDS = 5.0
+# Filesystems whose stat() answers from local state: safe to call from the drain.
+LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "overlay"})  # keep older mappings this long for writes that started before a close
 
 
 @dataclass
@@ -122,13 +124,41 @@ class FileRegistry:
         return self.file_id(tgid, target, int(ino) if ino and ino.strip().isdigit() else None)
 
     def learn_ino(self, fid: int, tgid: int, fd: int) -> None:
-        """Fill an opened file's inode from fdinfo while the fd is (very likely) still open."""
+        """Fill an opened file's inode: from fdinfo if the fd is still open, else, on a
+        local filesystem, from stat(). Never stat a network filesystem: it can hang on
+        the server, and on NFS a stat of a dirty file flushes it (we would cause I/O)."""
         info = self.files[fid]
         if info.ino is not None or not info.matched:
             return
-        ino = _fdinfo(tgid, fd).get("ino", "").strip()
-        if ino.isdigit():
-            info.ino = int(ino)
+        ino = self._fd_ino(tgid, fd, info.path)
+        if ino is not None:
+            info.ino = ino
+        elif info.fstype in LOCAL_FS:
+            # Through the process's root; if it is gone, directly when it shared our mounts.
+            same_ns = self._namespace(tgid) == os.readlink("/proc/self/ns/mnt")
+            for path in (f"/proc/{tgid}/root{info.path}",) + ((info.path,) if same_ns else ()):
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if st.st_dev == info.dev:
+                    info.ino = st.st_ino
+                return
+
+    @staticmethod
+    def _fd_ino(tgid: int, fd: int, path: str) -> int | None:
+        """The inode behind an fd, if the fd still holds `path` (checked before and after:
+        the fd may have been closed and reused since the event)."""
+        link = f"/proc/{tgid}/fd/{fd}"
+        try:
+            if os.readlink(link) != path:
+                return None
+            ino = _fdinfo(tgid, fd).get("ino", "").strip()
+            if not ino.isdigit() or os.readlink(link) != path:
+                return None
+        except OSError:
+            return None
+        return int(ino)
 
     def cwd_of(self, tgid: int) -> str | None:
         cwd = self.cwd.get(tgid)
@@ -157,12 +187,17 @@ class FdTable:
     def __init__(self):
         self.history: dict[int, list[tuple[int, int]]] = {}
         self._keys_of: dict[int, set[int]] = {}   # tgid -> its keys, for fork and exit
+        self.cloexec: set[int] = set()              # keys whose current fd closes at exec
 
     @staticmethod
     def key(tgid: int, fd: int) -> int:
         return (tgid << 32) | (fd & 0xFFFFFFFF)
 
-    def set(self, key: int, since: int, fid: int) -> None:
+    def set(self, key: int, since: int, fid: int, cloexec: bool = False) -> None:
+        if cloexec:
+            self.cloexec.add(key)
+        else:
+            self.cloexec.discard(key)
         hist = self.history.get(key)
         if hist is None:
             hist = self.history[key] = []
@@ -210,11 +245,23 @@ class FdTable:
         for key in list(self._keys_of.get(parent, ())):
             fid = self.history[key][-1][1]
             if fid != UNKNOWN:
-                self.set((child << 32) | (key & 0xFFFFFFFF), t, fid)
+                self.set((child << 32) | (key & 0xFFFFFFFF), t, fid, key in self.cloexec)
+
+    def close_fds(self, tgid: int, t: int, lo: int = 0, hi: int = 0xFFFFFFFF, only_cloexec: bool = False,
+                  mark_cloexec: bool = False) -> None:
+        """Fds closed without a close() of their own: close_range(), or O_CLOEXEC ones at exec."""
+        for key in list(self._keys_of.get(tgid, ())):
+            if not lo <= (key & 0xFFFFFFFF) <= hi or self.history[key][-1][1] == UNKNOWN:
+                continue
+            if mark_cloexec:
+                self.cloexec.add(key)
+            elif not only_cloexec or key in self.cloexec:
+                self.set(key, t, UNKNOWN)
 
     def drop_process(self, tgid: int) -> None:
         for key in self._keys_of.pop(tgid, ()):
             del self.history[key]
+            self.cloexec.discard(key)
 
     def scan_proc(self, registry: FileRegistry, tgids: list[int] | None = None) -> int:
         """Seed the table with every open fd of the given processes (default: all)."""

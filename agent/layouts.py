@@ -122,7 +122,7 @@ OPS = (
     "openat", "openat2", "creat",
     "rename", "renameat", "renameat2", "unlink", "unlinkat",
     "mkdir", "mkdirat", "newfstatat", "statx", "ftruncate",
-    "dup", "dup2", "dup3", "fcntl", "chdir", "fchdir",
+    "dup", "dup2", "dup3", "fcntl", "chdir", "fchdir", "close_range",
 )
 OP_NUMBER = {name: i + 1 for i, name in enumerate(OPS)}
 OP_NAME = {i: name for name, i in OP_NUMBER.items()}
@@ -131,7 +131,7 @@ WRITE_OPS = frozenset({"write", "pwrite64", "writev", "pwritev", "pwritev2"})
 OPEN_OPS = frozenset({"openat", "openat2", "creat"})
 DUP_OPS = frozenset({"dup", "dup2", "dup3", "fcntl"})
 # Bookkeeping calls: they keep the fd table and cwd right, they are not rows.
-BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir"}
+BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir", "close_range"}
 
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.

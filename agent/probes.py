@@ -100,15 +100,15 @@ class SyscallProbes:
     def load(self, filters: Filters) -> "LoadedSyscalls":
         from bcc import BPF  # only here: importing bcc is the agent's business alone
 
-        bpf = BPF(text=self.program_text(), cflags=self.cflags(filters))
+        bpf = BPF(text=self.program_text().encode(), cflags=self.cflags(filters))
         if filters.tgids:
-            table = bpf["traced_tgids"]
+            table = bpf[b"traced_tgids"]
             for tgid in filters.tgids:
                 table[ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
         if filters.cgroup:
             fd = os.open(filters.cgroup, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                bpf["cgroup_filter"][0] = fd
+                bpf[b"cgroup_filter"][0] = fd
             finally:
                 os.close(fd)
         return LoadedSyscalls(bpf, self.available_syscalls())
@@ -123,10 +123,10 @@ class LoadedSyscalls:
         self.sys = self._ring("sys_ring", SYS_EVENT)
         self.paths = self._ring("path_ring", PATH_EVENT)
         self.procs = self._ring("proc_ring", PROC_EVENT)
-        self._loss = bpf["loss"]
-        self._fd_gen = bpf["fd_gen"]
-        self._fd_ignore = bpf["fd_ignore"]
-        self._traced = bpf["traced_tgids"]
+        self._loss = bpf[b"loss"]
+        self._fd_gen = bpf[b"fd_gen"]
+        self._fd_ignore = bpf[b"fd_ignore"]
+        self._traced = bpf[b"traced_tgids"]
         from bcc.libbcc import lib
         self._lib = lib
         # Per-program run time costs two clock reads per hit; worth it to report our overhead.
@@ -135,7 +135,7 @@ class LoadedSyscalls:
             self._stats_was = None
 
     def _ring(self, name: str, layout) -> RingReader:
-        return RingReader(self.bpf[name].map_fd, RING_PAGES[name] * PAGE, layout)
+        return RingReader(self.bpf[name.encode()].map_fd, RING_PAGES[name] * PAGE, layout)
 
     def read_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(syscalls, paths, procs). The syscall ring's position is taken first:

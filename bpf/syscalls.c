@@ -372,6 +372,12 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
 EXIT(fcntl)
 #endif
 
+#ifdef HAVE_close_range
+TRACEPOINT_PROBE(syscalls, sys_enter_close_range)
+{ return enter(OP_CLOSE_RANGE, args->fd, args->max_fd, 0, -1, args->flags, 0, 0, 0); }
+EXIT(close_range)
+#endif
+
 /* ---- process lifecycle: ancestry for rank inheritance and --pid/-- COMMAND ---- */
 
 static __always_inline void emit_proc(u32 kind, u32 tid, u64 clone_flags)

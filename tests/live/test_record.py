@@ -58,8 +58,13 @@ def test_ranks_bytes_and_syscalls_exact(tmp_path):
     # rank 1's writer subprocess has no RANK of its own: inherited, in rank 1's pids
     assert len(ranked[1]["pids"]) == 2
     assert all(intruder.pid not in r["pids"] for r in result["ranks"])
-    paths = Capture.open(str(cap)).read("syscall")["path"].to_pylist()
-    assert not any(p and p.endswith("intruder.bin") for p in paths)
+    rows = Capture.open(str(cap)).read("syscall").to_pylist()
+    assert not any(r["path"].endswith("intruder.bin") for r in rows)
+    # files opened while recording are named with their inode and device too
+    for r in rows:
+        if r["syscall"] in ("write", "pwrite64", "writev"):
+            st = os.stat(r["path"])
+            assert (r["ino"], r["dev"], r["fstype"]) == (st.st_ino, st.st_dev, "ext4"), r
 
 
 def test_unrelated_files_and_processes_filtered(tmp_path):
@@ -207,3 +212,42 @@ def test_disk_full_stops_cleanly(tmp_path):
         writer.kill()
         writer.wait()
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def _cgroup2_root():
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, point, fstype = line.split()[:3]
+            if fstype == "cgroup2":
+                return point
+    return None
+
+
+def test_cgroup_filter(tmp_path):
+    """--cgroup: only tasks in that cgroup v2 directory."""
+    root = _cgroup2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 hierarchy mounted")
+    group = os.path.join(root, f"slotscope-test-{os.getpid()}")
+    os.mkdir(group)
+    d, cap = tmp_path / "d", tmp_path / "cap"
+    d.mkdir()
+    inside = outside = None
+    try:
+        inside = _writer_loop(str(d / "in.bin"), 30)
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write(str(inside.pid))
+        outside = _writer_loop(str(d / "out.bin"), 30)
+        agent = start_slotscope("record", "-o", str(cap), "--cgroup", group, "--path", str(d), "-q")
+        wait_recording(agent)
+        time.sleep(1.0)
+        agent.send_signal(signal.SIGINT)
+        assert agent.wait(30) == 0
+    finally:
+        for p in (inside, outside):
+            if p:
+                p.kill()
+                p.wait()
+        os.rmdir(group)
+    t = Capture.open(str(cap)).read("syscall")
+    assert t is not None and set(t["tgid"].to_pylist()) == {inside.pid}

@@ -1,89 +1,17 @@
-"""Helpers of the unit tier: captures built in the test, and the `slotscope` command.
-
-Everything here writes under pytest's tmp_path, needs no root and no BCC.
-"""
+"""Fixtures of the unit tier (helpers live in unit_helpers.py). Everything writes under
+pytest's tmp_path and needs no root and no BCC."""
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-import pyarrow as pa
 import pytest
 
 from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import LOSS, PROCS, SCHEMAS, SYSCALL
-from slotscope.analyzer.capture import FORMAT_MAJOR
-
-REPO = Path(__file__).resolve().parents[2]
-
-START_NS = 1_700_000_000_000_000_000     # 2023-11-14T22:13:20Z
-
-
-def meta(host: str = "node-a", **extra) -> dict:
-    """A meta.json as the agent writes it (the keys the reader and analyzer use)."""
-    m = {
-        "format": "slotscope-capture",
-        "schema_version": FORMAT_MAJOR,
-        "slotscope_version": "0.1.0",
-        "host": host,
-        "kernel": "6.1.0-test",
-        "start": {"monotonic_ns": 1_000, "realtime_ns": START_NS, "uncertainty_ns": 10},
-        "stop": {"monotonic_ns": 61_000_000_000, "realtime_ns": START_NS + 60_000_000_000,
-                 "uncertainty_ns": 10},
-    }
-    m.update(extra)
-    return m
-
-
-def sc(tgid: int, syscall: str = "write", latency_ns: int = 1_000, nbytes: int | None = None,
-       ts: int = 1_000_000, tid: int | None = None, **more) -> dict:
-    """One `syscall` row; write-family rows get `bytes` (default 0), others null, as decode.py does."""
-    is_write = syscall in ("write", "pwrite64", "writev", "pwritev", "pwritev2")
-    ret = more.pop("ret", nbytes if nbytes is not None else 0)
-    row = {
-        "ts_enter": ts, "ts_exit": ts + latency_ns, "latency_ns": latency_ns,
-        "tid": tid if tid is not None else tgid, "tgid": tgid, "syscall": syscall,
-        "fd": 3, "ret": ret, "bytes": (max(ret, 0) if is_write else None),
-        "requested": nbytes or 0, "offset": -1, "errno": -ret if ret < 0 else 0, "flags": 0,
-        "iov_partial": False, "path": "/mnt/ckpt/shard", "path2": None, "dev": 42, "ino": 7,
-        "fstype": "nfs4",
-    }
-    row.update(more)
-    return row
-
-
-def proc(tgid: int, rank: int | None = None, ppid: int = 1, comm: str = "python", ts: int = 500,
-         rank_source: str | None = None, inherited_from: int | None = None, **more) -> dict:
-    """One `procs` row."""
-    env = [("RANK", str(rank))] if rank is not None else []
-    row = {
-        "ts": ts, "tgid": tgid, "ppid": ppid, "comm": comm, "cmdline": f"{comm} train.py",
-        "cgroup": "0::/job", "rank": rank, "local_rank": rank, "world_size": 2 if rank is not None else None,
-        "rank_env": env, "rank_source": rank_source or ("env" if rank is not None else "none"),
-        "inherited_from": inherited_from, "complete": True,
-    }
-    row.update(more)
-    return row
-
-
-def syscall_table(rows: list[dict]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=SYSCALL)
-
-
-def procs_table(rows: list[dict]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=PROCS)
-
-
-def loss_table(rows: list[dict]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=LOSS)
+from slotscope.agent.tables import SCHEMAS
+from unit_helpers import loss_table, meta, procs_table, syscall_table
 
 
 @pytest.fixture
 def build_capture(tmp_path):
-    """build_capture(name, host=, syscalls=[rows], procs=[rows], loss=[rows], meta=dict) -> path.
+    """build_capture(name, host=, syscalls=[rows], procs=[rows], loss=[rows], meta_override=dict) -> path.
 
     Written by the real CaptureWriter; each non-empty table becomes one finished segment."""
     def build(name: str = "cap", *, host: str = "node-a", syscalls=(), procs=(), loss=(),
@@ -101,30 +29,3 @@ def build_capture(tmp_path):
         return path
     return build
 
-
-def slotscope_command() -> list[str]:
-    """The installed console script next to this interpreter, else the module."""
-    script = Path(sys.executable).parent / "slotscope"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("slotscope")
-    return [found] if found else [sys.executable, "-m", "slotscope.agent.cli"]
-
-
-def run_slotscope(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run(slotscope_command() + list(args), capture_output=True, text=True,
-                          timeout=120, env=env)
-
-
-def assert_one_line_error(res: subprocess.CompletedProcess, *phrases: str) -> str:
-    """Exit status 1, exactly one line on stderr naming the problem, no traceback."""
-    assert "Traceback" not in res.stderr, res.stderr
-    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    line = lines[0]
-    assert line.startswith("slotscope: "), line
-    for phrase in phrases:
-        assert phrase in line, (phrase, line)
-    return line

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.vm
 
 
 def run_scenario(out, *args, timeout=900):
-    return subprocess.run([sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    cmd = [sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), *map(str, args)]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
 
 
 def agent_available():

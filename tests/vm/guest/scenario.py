@@ -40,7 +40,7 @@ def log(msg):
 
 
 def sh(*cmd, timeout=120):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    p = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if p.returncode != 0:
         raise ScenarioError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stdout.strip()}")
     return p.stdout
@@ -341,7 +341,7 @@ def main():
     finally:
         result["guest_step_seconds"] = timings
         (OUT / "guest.json").write_text(json.dumps(result, indent=2) + "\n")
-        (OUT / "dmesg.txt").write_text(subprocess.run(["dmesg"], capture_output=True, text=True).stdout)
+        (OUT / "dmesg.txt").write_text(subprocess.run(["dmesg"], check=False, capture_output=True, text=True).stdout)
     log("scenario done")
     return 0
 

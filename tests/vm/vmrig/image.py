@@ -16,15 +16,15 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
-from dataclasses import dataclass
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-VM_DIR = HERE.parent
+VM_DIR = Path(__file__).resolve().parent.parent
 REPO = VM_DIR.parent.parent
 BOOTFILES = VM_DIR / "bootfiles"
 CACHE_ROOT = Path(os.environ.get("SLOTSCOPE_VM_CACHE", "/var/cache/slotscope/vm"))
@@ -90,7 +90,7 @@ def log(msg):
 
 def run(cmd, **kw):
     """Run a command; on failure raise with the tail of its output."""
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    p = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
     if p.returncode != 0:
         tail = "\n".join(p.stdout.splitlines()[-25:])
         raise BuildError(f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n{tail}")
@@ -186,8 +186,6 @@ def build(stage):
     shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
     shutil.copy(BOOTFILES / "vminit", root / "sbin/vminit")
     (root / "etc/hostname").write_text("vm\n")
-    for d in ("export", "mnt/nfs"):
-        (root / d).mkdir(parents=True, exist_ok=True)
     for name, k in kernels.items():
         step(f"initramfs {name}", make_initrd, root, stage, name, k["abi"])
     step("ext4 image", make_rootfs_image, root, stage / "rootfs.img")

@@ -1,0 +1,219 @@
+"""CaptureWriter -> capture directory -> Capture reader: what goes in comes out."""
+from __future__ import annotations
+
+import os
+import stat
+import types
+
+import pyarrow as pa
+import pytest
+
+from slotscope.agent import capture_writer as cw
+from slotscope.agent.capture_writer import CaptureWriter
+from slotscope.agent.tables import AGENT, SCHEMAS, SYSCALL
+from slotscope.analyzer.capture import SCHEMA_KEY, Capture
+
+from unit_helpers import loss_table, meta, proc, procs_table, sc, syscall_table
+
+pytestmark = pytest.mark.unit
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The writer's time.monotonic, moved by hand: no sleeping."""
+    c = FakeClock()
+    monkeypatch.setattr(cw, "time", types.SimpleNamespace(monotonic=c.monotonic))
+    return c
+
+
+@pytest.fixture
+def umask():
+    """Run with a known umask, restored afterwards."""
+    saved = os.umask(0o022)
+    yield lambda m: os.umask(m)
+    os.umask(saved)
+
+
+def _ls(folder) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+def _agent_rows(n: int, start: int = 0) -> pa.Table:
+    return pa.Table.from_pylist([{"ts": i, "cpu_user_ns": i * 10, "cpu_sys_ns": i, "rss_bytes": 1 << 20,
+                                  "events": i, "rows": i, "capture_bytes": 0, "bpf_run_ns": 5,
+                                  "bpf_run_cnt": 1} for i in range(start, start + n)], schema=AGENT)
+
+
+def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta("node-a"))
+    first = [sc(10, "write", 100, 4096, ts=1), sc(11, "fsync", 5000, ts=2)]
+    second = [sc(10, "pwrite64", 7, 512, ts=3, path="/mnt/ckpt/ü ñ", offset=4096),
+              sc(12, "close", 9, ts=4, ret=-5)]
+    w.append("syscall", syscall_table(first))
+    w.append("procs", procs_table([proc(10, rank=0), proc(11, rank=1)]))
+    w.append("agent", _agent_rows(2))
+
+    clock.t += cw.SEGMENT_SECONDS / 2
+    w.tick()                                     # too early: nothing closes
+    assert _ls(tmp_path / "cap" / "syscall") == [".000001.arrow.partial"]
+
+    clock.t += cw.SEGMENT_SECONDS
+    w.tick()                                     # a second after the first row: closed and renamed
+    for table in ("syscall", "procs", "agent"):
+        assert _ls(tmp_path / "cap" / table) == ["000001.arrow"], table
+
+    w.append("syscall", syscall_table(second))
+    w.append("agent", _agent_rows(3, start=2))
+    w.append("loss", loss_table([{"ts": 9, "interval_ns": 10**9, "probe": "syscalls",
+                                  "counter": "sys_ring_full", "lost": 17}]))
+    clock.t += 2 * cw.SEGMENT_SECONDS
+    w.tick()
+    assert _ls(tmp_path / "cap" / "syscall") == ["000001.arrow", "000002.arrow"]
+    w.close()
+
+    cap = Capture.open(path)
+    assert cap.meta["host"] == "node-a"
+    assert cap.tables() == ["agent", "loss", "procs", "syscall"]
+    got = cap.read("syscall")
+    assert got.num_rows == 4
+    want = syscall_table(first + second).to_pylist()
+    assert got.to_pylist() == want
+    assert cap.read("procs").column("rank").to_pylist() == [0, 1]
+    assert cap.read("agent").column("ts").to_pylist() == [0, 1, 2, 3, 4]
+    assert cap.read("loss").column("lost").to_pylist() == [17]
+    assert cap.problems == []
+    assert cap.read("rpc") is None          # a table never written
+
+
+def test_close_finishes_the_open_segment(tmp_path):
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta())
+    w.append("syscall", syscall_table([sc(1)]))
+    w.close()
+    assert _ls(tmp_path / "cap" / "syscall") == ["000001.arrow"]
+    assert Capture.open(path).read("syscall").num_rows == 1
+
+
+def test_empty_append_opens_no_segment(tmp_path):
+    w = CaptureWriter(str(tmp_path / "cap"), SCHEMAS)
+    w.append("syscall", syscall_table([]))
+    w.close()
+    assert _ls(tmp_path / "cap" / "syscall") == []
+
+
+def test_open_segment_is_a_dotfile_the_reader_skips(tmp_path, clock):
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta())
+    w.append("syscall", syscall_table([sc(1, ts=1)]))
+    clock.t += cw.SEGMENT_SECONDS
+    w.tick()
+    w.append("syscall", syscall_table([sc(2, ts=2), sc(3, ts=3)]))   # stays open
+    w.tables["syscall"]._file.flush()
+    assert _ls(tmp_path / "cap" / "syscall") == [".000002.arrow.partial", "000001.arrow"]
+    cap = Capture.open(path)
+    assert cap.segments("syscall") == [os.path.join(path, "syscall", "000001.arrow")]
+    assert cap.read("syscall").column("tgid").to_pylist() == [1]
+    assert cap.problems == []
+    assert cap.live is False      # meta() has a stop record
+    w.close()
+
+
+def test_capture_without_stop_record_is_live(build_capture):
+    m = meta()
+    del m["stop"]
+    assert Capture.open(build_capture(meta_override=m)).live is True
+
+
+def test_default_modes_are_owner_only(tmp_path, umask):
+    umask(0o000)          # even with no umask to help, nothing is group or world readable
+    path = tmp_path / "cap"
+    w = CaptureWriter(str(path), SCHEMAS)
+    w.write_meta(meta())
+    w.append("syscall", syscall_table([sc(1)]))
+    w.close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path / "syscall").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path / "meta.json").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path / "syscall" / "000001.arrow").st_mode) == 0o600
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077], ids=["umask022", "umask077"])
+def test_group_readable_modes(tmp_path, umask, mask):
+    """--group-readable asks for 0640/0750: a restrictive umask (root's is often 077) must not undo it."""
+    umask(mask)
+    path = tmp_path / "cap"
+    w = CaptureWriter(str(path), SCHEMAS, group_readable=True)
+    w.write_meta(meta())
+    w.append("syscall", syscall_table([sc(1)]))
+    w.close()
+    modes = {
+        "capture dir": stat.S_IMODE(os.stat(path).st_mode),
+        "table dir": stat.S_IMODE(os.stat(path / "syscall").st_mode),
+        "meta.json": stat.S_IMODE(os.stat(path / "meta.json").st_mode),
+        "segment": stat.S_IMODE(os.stat(path / "syscall" / "000001.arrow").st_mode),
+    }
+    assert modes == {"capture dir": 0o750, "table dir": 0o750, "meta.json": 0o640, "segment": 0o640}
+
+
+def test_segments_carry_the_schema_tag(build_capture):
+    path = build_capture(syscalls=[sc(1)], procs=[proc(1, rank=0)])
+    for table in ("syscall", "procs"):
+        with pa.OSFile(os.path.join(path, table, "000001.arrow")) as f:
+            schema = pa.ipc.open_file(f).schema
+        assert schema.metadata[SCHEMA_KEY] == f"{table}/{SCHEMAS[table][1]}".encode()
+
+
+def test_reader_unifies_an_older_and_a_newer_segment(tmp_path, build_capture):
+    """A newer agent of the same major version adds a column: older rows read it as null."""
+    path = build_capture(syscalls=[sc(1, ts=1), sc(2, ts=2)])
+    newer = SYSCALL.append(pa.field("cgroup_id", pa.uint64())).with_metadata({SCHEMA_KEY: b"syscall/1"})
+    rows = [dict(sc(3, ts=3), cgroup_id=99)]
+    with pa.OSFile(os.path.join(path, "syscall", "000002.arrow"), "wb") as f:
+        with pa.ipc.new_file(f, newer) as writer:
+            writer.write_table(pa.Table.from_pylist(rows, schema=newer))
+    cap = Capture.open(path)
+    t = cap.read("syscall")
+    assert t.num_rows == 3
+    assert "cgroup_id" in t.column_names
+    assert t.column("cgroup_id").to_pylist() == [None, None, 99]
+    assert t.column("tgid").to_pylist() == [1, 2, 3]
+    assert cap.problems == []
+
+
+def test_segments_are_read_in_number_order(tmp_path, build_capture):
+    """Segment 10 after 9, not after 1 (names are zero-padded, order is numeric)."""
+    path = build_capture(syscalls=[sc(1)])
+    src = os.path.join(path, "syscall", "000001.arrow")
+    for n, tgid in ((10, 10), (9, 9)):
+        with pa.OSFile(os.path.join(path, "syscall", f"{n:06d}.arrow"), "wb") as f:
+            schema = pa.ipc.open_file(pa.memory_map(src)).schema
+            with pa.ipc.new_file(f, schema) as writer:
+                writer.write_table(syscall_table([sc(tgid)]).cast(schema))
+    assert Capture.open(path).read("syscall").column("tgid").to_pylist() == [1, 9, 10]
+
+
+def test_force_into_an_earlier_capture_never_replaces_its_segments(tmp_path, build_capture):
+    """--force writes into a non-empty directory; a finished segment already there must not be
+    silently replaced by a new one with the same number (nor mixed in unnoticed)."""
+    path = build_capture(syscalls=[sc(1, ts=1)])
+    old = os.path.join(path, "syscall", "000001.arrow")
+    before = os.stat(old)
+    w = CaptureWriter(path, SCHEMAS, force=True)
+    w.write_meta(meta())
+    w.append("syscall", syscall_table([sc(2, ts=2)]))
+    w.close()
+    after = os.stat(old)
+    assert (after.st_ino, after.st_size) == (before.st_ino, before.st_size), \
+        "the earlier capture's 000001.arrow was overwritten by the new recording"
