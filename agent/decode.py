@@ -70,7 +70,8 @@ class Decoder:
             base = self.registry.cwd_of(tgid)
         else:
             at = self.fds.at(FdTable.key(tgid, dirfd), t)
-            base = self.registry.files[at[1]].path if at and at[1] >= 0 else None
+            info = self.registry.info(at[1]) if at else None
+            base = info.path if info else None
         return os.path.normpath(os.path.join(base, path)) if base else None
 
     # ---- the one-by-one calls ----
@@ -109,8 +110,9 @@ class Decoder:
                                        mark_cloexec=bool(flags & CLOSE_RANGE_CLOEXEC))
             elif op == "fchdir":
                 at = self.fds.at(FdTable.key(tgid, fd), t0)
-                if ret == 0 and at and at[1] >= 0:
-                    self.registry.cwd[tgid] = self.registry.files[at[1]].path
+                info = self.registry.info(at[1]) if at else None
+                if ret == 0 and info:
+                    self.registry.cwd[tgid] = info.path
             else:  # a path-taking call
                 p = self._path(tid, t0, 0)
                 if op in ("newfstatat", "statx") and p == "" and int(ev["flags"][i]) & AT_EMPTY_PATH:
@@ -128,12 +130,12 @@ class Decoder:
                 if ev["npaths"][i] > 1:
                     second = self._absolute(tgid, fd2, self._path(tid, t0, 1), t0)
                     path2[i] = second
-                    if second and fids[i] >= 0 and not self.registry.files[fids[i]].matched:
+                    if second and fids[i] < 0:
                         fids[i] = self.registry.file_id(tgid, second)  # renamed onto a traced path
                 if op in OPEN_OPS and ret >= 0:
                     self.fds.set(FdTable.key(tgid, ret), t1, fids[i], bool(int(ev["flags"][i]) & O_CLOEXEC))
                     self.registry.learn_ino(fids[i], tgid, ret)
-                    if not self.registry.files[fids[i]].matched:
+                    if fids[i] < 0:
                         self._ignore(tgid, ret, t1)
 
     def _ignore(self, tgid: int, fd: int, gen: int | None) -> None:
@@ -175,15 +177,12 @@ class Decoder:
         return self._table(sys[keep], fids[keep], [p for p, k in zip(path2, keep) if k])
 
     def _ignore_unmatched(self, sys, rows, found, since) -> None:
-        files = self.registry.files
-        matched = np.array([files[f].matched if f >= 0 else False for f in found.tolist()], bool)
-        for j in np.flatnonzero(~matched & (found >= 0)).tolist():
+        for j in np.flatnonzero(found < UNKNOWN).tolist():   # named, and not a file of ours
             gen = int(since[j]) or None
             self._ignore(int(sys["tgid"][rows[j]]), int(sys["fd"][rows[j]]), gen)
 
     def _kept(self, sys, fids) -> np.ndarray:
-        files = self.registry.files
-        matched = np.array([files[f].matched if f >= 0 else False for f in fids.tolist()], bool)
+        matched = fids >= 0
         bookkeeping = np.isin(sys["op"], [OP_NUMBER[o] for o in BOOKKEEPING_OPS])
         self.unnamed += int(np.count_nonzero((fids == UNKNOWN) & np.isin(sys["op"], _FD_OP_NUMS)))
         return matched & ~bookkeeping

@@ -32,7 +32,6 @@ class FileInfo:
     dev: int | None
     ino: int | None
     fstype: str | None
-    matched: bool
 
 
 @dataclass
@@ -58,11 +57,20 @@ def _fdinfo(tgid: int, fd: int) -> dict[str, str]:
 
 
 class FileRegistry:
-    """Files by id, and the mount tables and cwds needed to name them."""
+    """Files by id, and the mount tables and cwds needed to name them.
+
+    Files the filter matches get ids >= 0 and are kept for the whole recording
+    (they are the capture's files). Every other file a process opens gets an id
+    <= -2 in a bounded cache: enough to skip its fd and to resolve paths relative
+    to an open directory, without growing with every file the machine opens."""
+
+    OTHER_MAX = 65536
 
     def __init__(self, file_filter: FileFilter):
         self.filter = file_filter
         self.files: list[FileInfo] = []
+        self._other: dict[int, tuple[tuple[str, str], FileInfo]] = {}
+        self._next_other = -2
         self._ids: dict[tuple[str, str], int] = {}
         self._mounts: dict[str, MountTable] = {}
         self._ns: dict[int, str] = {}
@@ -102,15 +110,30 @@ class FileRegistry:
         key = (ns, path)
         fid = self._ids.get(key)
         if fid is not None:
-            if ino is not None:
+            if ino is not None and fid >= 0:
                 self.files[fid].ino = ino
             return fid
         mount = self.mounts(tgid).find(path)
         fstype = mount.fstype if mount else None
-        info = FileInfo(path, mount.dev if mount else None, ino, fstype, self.filter.matches(path, fstype))
-        self.files.append(info)
-        self._ids[key] = len(self.files) - 1
-        return len(self.files) - 1
+        info = FileInfo(path, mount.dev if mount else None, ino, fstype)
+        if self.filter.matches(path, fstype):
+            self.files.append(info)
+            fid = len(self.files) - 1
+        else:
+            if len(self._other) >= self.OTHER_MAX:  # forget the older half
+                for old in list(self._other)[: self.OTHER_MAX // 2]:
+                    self._ids.pop(self._other.pop(old)[0], None)
+            fid = self._next_other
+            self._next_other -= 1
+            self._other[fid] = (key, info)
+        self._ids[key] = fid
+        return fid
+
+    def info(self, fid: int) -> FileInfo | None:
+        if fid >= 0:
+            return self.files[fid]
+        entry = self._other.get(fid)
+        return entry[1] if entry else None
 
     def from_proc(self, tgid: int, fd: int) -> int:
         """Name an fd from /proc: for fds opened before recording began."""
@@ -127,8 +150,10 @@ class FileRegistry:
         """Fill an opened file's inode: from fdinfo if the fd is still open, else, on a
         local filesystem, from stat(). Never stat a network filesystem: it can hang on
         the server, and on NFS a stat of a dirty file flushes it (we would cause I/O)."""
+        if fid < 0:
+            return  # not a file of the capture
         info = self.files[fid]
-        if info.ino is not None or not info.matched:
+        if info.ino is not None:
             return
         ino = self._fd_ino(tgid, fd, info.path)
         if ino is not None:

@@ -217,3 +217,17 @@ def test_force_into_an_earlier_capture_never_replaces_its_segments(tmp_path, bui
     after = os.stat(old)
     assert (after.st_ino, after.st_size) == (before.st_ino, before.st_size), \
         "the earlier capture's 000001.arrow was overwritten by the new recording"
+
+
+def test_appends_with_different_dictionaries_in_one_segment(tmp_path):
+    """The `syscall` column is dictionary-encoded. An Arrow IPC file allows one dictionary per
+    field, so two appends into the same open segment whose dictionaries differ (any producer
+    but the decoder's fixed one) must still be written, not fail with a raw ArrowInvalid."""
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta())
+    w.append("syscall", syscall_table([sc(1, "write", ts=1)]))
+    w.append("syscall", syscall_table([sc(2, "fsync", ts=2), sc(3, "close", ts=3)]))
+    w.close()
+    t = Capture.open(path).read("syscall")
+    assert t.column("syscall").cast(pa.string()).to_pylist() == ["write", "fsync", "close"]

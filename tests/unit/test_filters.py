@@ -248,3 +248,33 @@ def test_lookup_agrees_with_at(mappings):
     found, since = fds.lookup(np.full(times.shape, key, np.int64), times, lambda k: C)
     want = [fds.at(key, int(t)) or (0, UNKNOWN) for t in times]
     assert list(zip(since.tolist(), found.tolist())) == want
+
+
+def test_close_range_closes_only_its_range():
+    fds = FdTable()
+    for fd, fid in ((3, A), (4, B), (9, C)):
+        fds.set(FdTable.key(100, fd), T1, fid)
+    fds.close_fds(100, T2, 4, 8)                  # close_range(4, 8)
+    assert fds.at(FdTable.key(100, 3), T3) == (T1, A)
+    assert fds.at(FdTable.key(100, 4), T3) == (T2, UNKNOWN)
+    assert fds.at(FdTable.key(100, 4), T2 - 1) == (T1, B)   # writes before the close still name B
+    assert fds.at(FdTable.key(100, 9), T3) == (T1, C)
+
+
+def test_exec_closes_cloexec_fds_and_fork_keeps_the_flag():
+    fds = FdTable()
+    fds.set(FdTable.key(100, 3), T1, A)
+    fds.set(FdTable.key(100, 4), T1, B, cloexec=True)
+    fds.set(FdTable.key(100, 5), T1, C)
+    fds.close_fds(100, T1 + 1, 5, 5, mark_cloexec=True)      # close_range(5, 5, CLOSE_RANGE_CLOEXEC)
+    assert fds.at(FdTable.key(100, 5), T1 + 2) == (T1, C)    # marked, still open
+    fds.fork(100, 200, T2)
+    fds.close_fds(200, T3, only_cloexec=True)                # the child execs
+    assert fds.at(FdTable.key(200, 3), T3 + 1) == (T2, A)
+    assert fds.at(FdTable.key(200, 4), T3 + 1) == (T3, UNKNOWN)
+    assert fds.at(FdTable.key(200, 5), T3 + 1) == (T3, UNKNOWN)
+    assert fds.at(FdTable.key(100, 4), T3 + 1) == (T1, B)    # the parent did not exec
+    # a plain re-open of a cloexec fd number is not cloexec any more
+    fds.set(FdTable.key(100, 4), T3, A)
+    fds.close_fds(100, T3 + 5, only_cloexec=True)
+    assert fds.at(FdTable.key(100, 4), T3 + 6) == (T3, A)
