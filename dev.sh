@@ -57,8 +57,13 @@ python_env() {
     bccdir=$(/usr/bin/python3 -c 'import bcc, os; print(os.path.dirname(bcc.__file__))')
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     ln -sfn "$bccdir" "$site/bcc"
-    "$venv/bin/pip" install -q --upgrade pip >/dev/null
-    "$venv/bin/pip" install -q -e "$here[test]"
+    say "installing slotscope and its Python dependencies into $venv"
+    local log="$venv/setup.log"
+    if ! { "$venv/bin/pip" install --upgrade pip && "$venv/bin/pip" install -e "$here[test]"; } >"$log" 2>&1; then
+        tail -20 "$log" >&2
+        say "pip failed (full log: $log)"
+        exit 1
+    fi
     echo "$want" > "$stamp"
 }
 
