@@ -104,6 +104,7 @@ class TableWriter:
         self.seq = 0
         self.rows = 0
         self.segments = 0
+        self.closed_bytes = 0
         self._file = self._writer = None
         self._opened_at = 0.0
 
@@ -133,10 +134,14 @@ class TableWriter:
         self._writer.close()
         self._file.flush()
         os.fsync(self._file.fileno())
+        self.closed_bytes += self._file.tell()
         self._file.close()
         self._writer = self._file = None
         os.rename(self._partial(), f"{self.seq:06d}.arrow", src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         self.segments += 1
+
+    def size(self) -> int:
+        return self.closed_bytes + (self._file.tell() if self._file else 0)
 
     def close(self) -> None:
         self.close_segment()
@@ -181,12 +186,7 @@ class CaptureWriter:
         self._guard("meta.json", self.dir.replace_json, "meta.json", meta)
 
     def size_bytes(self) -> int:
-        total = 0
-        for name in self.tables:
-            folder = os.path.join(self.path, name)
-            for entry in os.scandir(folder):
-                total += entry.stat(follow_symlinks=False).st_size
-        return total
+        return sum(t.size() for t in self.tables.values())
 
     def close(self) -> None:
         for t in self.tables.values():

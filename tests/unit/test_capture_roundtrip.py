@@ -219,6 +219,30 @@ def test_force_into_an_earlier_capture_never_replaces_its_segments(tmp_path, bui
         "the earlier capture's 000001.arrow was overwritten by the new recording"
 
 
+def test_force_over_a_killed_recording_does_not_fail_on_its_leftovers(tmp_path, clock):
+    """An earlier agent was SIGKILLed: its open segment stays as .000002.arrow.partial. A new
+    recording with --force into that directory must not fail when it reaches segment 2."""
+    path = str(tmp_path / "cap")
+    old = CaptureWriter(path, SCHEMAS)
+    old.write_meta(meta())
+    old.append("syscall", syscall_table([sc(1, ts=1)]))
+    clock.t += cw.SEGMENT_SECONDS
+    old.tick()
+    old.append("syscall", syscall_table([sc(2, ts=2)]))          # killed here: never closed
+    old.tables["syscall"]._file.flush()
+    assert ".000002.arrow.partial" in os.listdir(os.path.join(path, "syscall"))
+
+    new = CaptureWriter(path, SCHEMAS, force=True)
+    new.write_meta(meta())
+    for i in range(3):                                           # three segments
+        new.append("syscall", syscall_table([sc(10 + i, ts=10 + i)]))
+        clock.t += cw.SEGMENT_SECONDS
+        new.tick()
+    new.close()
+    tgids = Capture.open(path).read("syscall").column("tgid").to_pylist()
+    assert {10, 11, 12} <= set(tgids)
+
+
 def test_appends_with_different_dictionaries_in_one_segment(tmp_path):
     """The `syscall` column is dictionary-encoded. An Arrow IPC file allows one dictionary per
     field, so two appends into the same open segment whose dictionaries differ (any producer

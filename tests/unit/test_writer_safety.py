@@ -81,19 +81,44 @@ def writer(tmp_path):
 
 
 @pytest.mark.parametrize("dangling", [False, True], ids=["to-a-file", "dangling"])
+def test_create_refuses_a_planted_symlink(tmp_path, dangling):
+    """Files are created with O_EXCL|O_NOFOLLOW: a link at the name fails the creation."""
+    victim = tmp_path / "victim"
+    if not dangling:
+        victim.write_bytes(b"precious")
+    d = cw.CaptureDir(str(tmp_path / "cap"))
+    try:
+        os.symlink(victim, tmp_path / "cap" / ".000001.arrow.partial")
+        with pytest.raises(FileExistsError):
+            d.create(".000001.arrow.partial")
+    finally:
+        d.close()
+    if dangling:
+        assert not victim.exists()
+    else:
+        assert victim.read_bytes() == b"precious"
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["to-a-file", "dangling"])
 def test_planted_symlink_at_the_partial_name_is_not_followed(tmp_path, writer, dangling):
+    """A link planted where the first segment will be written: the writer fails (or writes
+    elsewhere), it never writes through the link."""
     victim = tmp_path / "victim"
     if not dangling:
         victim.write_bytes(b"precious")
     table_dir = tmp_path / "cap" / "syscall"
     table_dir.mkdir()
     (table_dir / ".000001.arrow.partial").symlink_to(victim)
-    with pytest.raises(CaptureWriteError, match="writing syscall to .* failed"):
+    try:
         writer.append("syscall", syscall_table([sc(1)]))
+        writer.tables["syscall"].close_segment()
+    except CaptureWriteError as exc:
+        assert "writing syscall to" in str(exc)
     if dangling:
         assert not victim.exists()
     else:
         assert victim.read_bytes() == b"precious"
+    assert (table_dir / ".000001.arrow.partial").is_symlink()
 
 
 def test_planted_symlink_as_table_directory_is_not_followed(tmp_path, writer):
