@@ -19,7 +19,7 @@ import time
 
 import pyarrow as pa
 
-from slotscope.analyzer.capture import schema_tag
+from slotscope.analyzer.capture import PARTIAL_RE, SEGMENT_RE, TABLE_MAJOR, schema_tag
 
 SEGMENT_SECONDS = 1.0
 
@@ -71,13 +71,35 @@ class CaptureDir:
             os.mkdir(name, self.dir_mode, dir_fd=self.fd)
         except FileExistsError:
             pass
-        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
+        os.fchmod(fd, self.dir_mode)   # the umask must not undo --group-readable
+        return fd
 
     def create(self, name: str, dir_fd: int | None = None):
         """A new file, never an existing one or a link."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, self.file_mode, dir_fd=self.fd if dir_fd is None else dir_fd)
+        os.fchmod(fd, self.file_mode)  # the umask must not undo --group-readable
         return os.fdopen(fd, "wb")
+
+    def remove_earlier_capture(self) -> int:
+        """--force over an earlier capture replaces it: its meta.json and segments go, so no
+        row of it mixes into the new one. Only names of our own format are removed."""
+        removed = 0
+        for entry in os.scandir(self.fd):
+            if entry.name == "meta.json" and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.name, dir_fd=self.fd)
+                removed += 1
+            elif entry.name in TABLE_MAJOR and entry.is_dir(follow_symlinks=False):
+                sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
+                try:
+                    for seg in os.listdir(sub):
+                        if SEGMENT_RE.match(seg) or PARTIAL_RE.match(seg):
+                            os.unlink(seg, dir_fd=sub)
+                            removed += 1
+                finally:
+                    os.close(sub)
+        return removed
 
     def replace_json(self, name: str, obj: dict) -> None:
         tmp = f".{name}.tmp"
@@ -107,6 +129,7 @@ class TableWriter:
         self.closed_bytes = 0
         self._file = self._writer = None
         self._opened_at = 0.0
+        self._segment_rows = 0
 
     def _partial(self) -> str:
         return f".{self.seq:06d}.arrow.partial"
@@ -119,9 +142,20 @@ class TableWriter:
             self._file = self.capture.create(self._partial(), self.dir_fd)
             self._writer = pa.ipc.new_file(self._file, self.schema)
             self._opened_at = time.monotonic()
+            self._segment_rows = 0
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
-        self._writer.write_table(table.cast(self.schema))
+        table = table.cast(self.schema)
+        try:
+            self._writer.write_table(table)
+        except pa.ArrowInvalid:
+            if not self._segment_rows:
+                raise
+            # An IPC file holds one dictionary per field: other dictionaries start a new segment.
+            self.close_segment()
+            self.append(table)
+            return
+        self._segment_rows += table.num_rows
         self.rows += table.num_rows
 
     def tick(self, now: float | None = None) -> None:
@@ -155,6 +189,7 @@ class CaptureWriter:
                  force: bool = False, group_readable: bool = False):
         self.dir = CaptureDir(path, force, group_readable)
         self.path = path
+        self.replaced = self.dir.remove_earlier_capture() if force else 0
         self._schemas = schemas
         self.tables: dict[str, TableWriter] = {}
         self.failed: str | None = None

@@ -255,7 +255,9 @@ class FdTable:
                 hist = self.history[key]
             rows = inverse == i
             if len(hist) == 1:
-                fids[rows], since[rows] = hist[0][1], hist[0][0]
+                ok = times[rows] >= hist[0][0]     # a write from before the only mapping: unknown
+                fids[rows] = np.where(ok, hist[0][1], UNKNOWN)
+                since[rows] = np.where(ok, hist[0][0], 0)
                 continue
             starts = np.array([h[0] for h in hist], np.int64)
             pos = np.searchsorted(starts, times[rows], side="right") - 1

@@ -27,7 +27,10 @@ CMDLINE_MAX = 512
 READ_TIMEOUT = 2.0
 REDACTED = "***"
 
-_SECRET_WORD = r"(?:pass(?:word|wd)?|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credentials?|auth)"
+# A secret word ends its name part: --hf-token, API_TOKEN, --pass; not --tokenizer, --max-tokens,
+# --num-passes, --author.
+_SECRET_WORD = (r"(?:pass(?:word|wd|phrase)?(?![a-z])|secret|token(?![a-z])|api[-_]?key|access[-_]?key|"
+                r"private[-_]?key|credentials?|auth(?![a-z]))")
 _SECRET_FLAG = re.compile(rf"^(--?[\w.-]*{_SECRET_WORD}[\w.-]*)(=.*)?$", re.I)
 _SECRET_ASSIGN = re.compile(rf"^([\w.]*{_SECRET_WORD}[\w.]*)=.+$", re.I)
 _URL_CREDS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")

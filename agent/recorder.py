@@ -150,6 +150,8 @@ class Recorder:
             if proc:
                 proc.kill()
             raise RecordError(str(exc)) from None
+        if writer.replaced:
+            self._say(f"--force: replaced the earlier capture in {opts.output} ({writer.replaced} files)")
         skipped = {"sunrpc": "not yet implemented in this version",
                    "nfs": "not yet implemented in this version"}
         meta = start_meta(self.argv, {

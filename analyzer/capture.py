@@ -113,10 +113,10 @@ class Capture:
             with open(seg, "rb") as f:
                 data = f.read()
         except OSError as exc:
-            self.problems.append(f"{rel}: unreadable ({exc.strerror})")
+            self._problem(f"{rel}: unreadable ({exc.strerror})")
             return None
         if not data.startswith(ARROW_MAGIC):
-            self.problems.append(f"{rel}: not an Arrow file, skipped")
+            self._problem(f"{rel}: not an Arrow file, skipped")
             return None
         try:
             t = pa.ipc.open_file(pa.py_buffer(data)).read_all()
@@ -139,12 +139,17 @@ class Capture:
         except (pa.ArrowInvalid, OSError, StopIteration):
             pass
         if schema is None:
-            self.problems.append(f"{rel}: truncated before its schema, skipped")
+            self._problem(f"{rel}: truncated before its schema, skipped")
             return None
         rows = sum(b.num_rows for b in batches)
-        self.problems.append(f"{rel}: truncated; read its {len(batches)} whole batches ({rows} rows), "
-                             f"the rest is lost")
+        self._problem(f"{rel}: truncated; read its {len(batches)} whole batches ({rows} rows), "
+                      f"the rest is lost")
         return pa.Table.from_batches(batches, schema)
+
+    def _problem(self, text: str) -> None:
+        """Each problem once, however often its table is read (the TUI re-reads every refresh)."""
+        if text not in self.problems:
+            self.problems.append(text)
 
     def _check_version(self, table: str, rel: str, schema: pa.Schema) -> None:
         tag = (schema.metadata or {}).get(SCHEMA_KEY, b"").decode()
