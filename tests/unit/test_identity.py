@@ -223,3 +223,38 @@ def test_a_cycle_in_parent_links_terminates(ids, reader):
     reader.arrive(202, 201)
     [ident] = ids.collect(2)
     assert ident.tgid == 201 and ident.rank is None
+
+
+# ---- a /proc read that hangs (a process in D state) never stalls the caller ----
+
+def test_hung_read_is_abandoned_and_reported_incomplete(monkeypatch):
+    import threading
+    import time
+
+    import slotscope.agent.identity as identity
+
+    release = threading.Event()
+
+    def read(tgid, now_ns):
+        if tgid == 666:          # stuck, like a read of a D-state process's cmdline
+            release.wait(30)
+        return Identity(tgid, 1, "ok", "", "", {"RANK": "0"}, now_ns)
+
+    monkeypatch.setattr(identity, "read_identity", read)
+    monkeypatch.setattr(identity, "READ_TIMEOUT", 0.2)
+    reader = identity.IdentityReader()
+    try:
+        for tgid in (666, 667, 668):
+            reader.request(tgid, 0)
+        got, deadline = {}, time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            reader.watchdog(0)
+            while not reader.results.empty():
+                ident = reader.results.get()
+                got[ident.tgid] = ident
+        assert set(got) == {666, 667, 668}
+        assert got[666].complete is False and got[667].complete and got[668].complete
+        assert reader.stuck == 1          # the hung worker was replaced
+    finally:
+        release.set()
+        reader.stop()
