@@ -139,6 +139,8 @@ def parser() -> argparse.ArgumentParser:
     de = sub.add_parser("demo", help="run the main job on the embedded default and print its analysis (root)")
     de.add_argument("--ranks", type=int, default=4)
     de.add_argument("--keep", metavar="DIR", help="keep the capture in DIR")
+    de.add_argument("--sample", action="store_true",
+                    help="analyse the shipped capture of a real NFS checkpoint storm (no root needed)")
     de.set_defaults(func=_demo)
     return p
 

@@ -132,11 +132,16 @@ def read_identity(tgid: int, now_ns: int) -> Identity:
     except OSError:
         return Identity(tgid, None, "", "", "", {}, now_ns, complete=False)
     ident = Identity(tgid, int(status.get("PPid", 0)) or None, status.get("Name", ""), "", "", {}, now_ns)
+    # Each read on its own: a kernel without cgroups mounted gives an empty cgroup file.
     try:
-        ident.cgroup = _read(f"/proc/{tgid}/cgroup").decode(errors="replace").strip().splitlines()[-1]
+        lines = _read(f"/proc/{tgid}/cgroup").decode(errors="replace").strip().splitlines()
+        ident.cgroup = lines[-1] if lines else ""
+    except OSError:
+        ident.complete = False
+    try:
         ident.cmdline = format_cmdline(_read(f"/proc/{tgid}/cmdline"))
         ident.env = rank_env(_read(f"/proc/{tgid}/environ"))
-    except (OSError, IndexError):
+    except OSError:
         ident.complete = False
     if ident.env:
         ident.rank_source = "env"

@@ -63,6 +63,11 @@ def test_wheel_contains_code_and_package_data(wheel):
         assert needed in names, needed
     assert {n.split("/")[0] for n in names if not n.startswith("slotscope-")} == {"slotscope"}, \
         "only the slotscope namespace may land in site-packages (no top-level agent/, tui/...)"
+    # the sample capture `slotscope demo --sample` analyses ships whole
+    sample = REPO / "analyzer" / "sample"
+    for f in sample.rglob("*"):
+        if f.is_file():
+            assert f"slotscope/analyzer/sample/{f.relative_to(sample)}" in names, f
     # every C source and header of bpf/ is shipped
     for c in (REPO / "bpf").iterdir():
         if c.suffix in (".c", ".h"):
