@@ -95,6 +95,11 @@ def _nested(t) -> bool:
     return pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_struct(t)
 
 
+def _top(args) -> int:
+    from slotscope.tui.app import run
+    return run(args.captures)
+
+
 def _demo(args) -> int:
     from .demo import run_demo
     return run_demo(args)
@@ -135,6 +140,10 @@ def parser() -> argparse.ArgumentParser:
     du.add_argument("--table", "-t", required=True)
     du.add_argument("-O", "--format", choices=("csv", "json"), default="csv")
     du.set_defaults(func=_dump)
+
+    t = sub.add_parser("top", help="watch a capture live, or replay a finished one, in a terminal UI")
+    t.add_argument("captures", nargs="+", metavar="CAPTURE")
+    t.set_defaults(func=_top)
 
     de = sub.add_parser("demo", help="run the main job on the embedded default and print its analysis (root)")
     de.add_argument("--ranks", type=int, default=4)

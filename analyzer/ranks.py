@@ -11,7 +11,7 @@ from .job import Job
 WRITE_SYSCALLS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 
 
-def _with_identity(job: Job, sc: pa.Table) -> pa.Table:
+def with_identity(job: Job, sc: pa.Table) -> pa.Table:
     idents = job.identities()
     if idents is None:
         sc = sc.append_column("rank", pa.nulls(sc.num_rows, pa.int32()))
@@ -27,7 +27,7 @@ def rank_table(job: Job) -> list[dict]:
         return []
     sc = sc.select(["host", "tgid", "syscall", "latency_ns", "bytes"])
     sc = sc.set_column(sc.schema.get_field_index("syscall"), "syscall", pc.cast(sc["syscall"], pa.string()))
-    sc = _with_identity(job, sc)
+    sc = with_identity(job, sc)
     # Processes without a rank stand alone, keyed by their pid.
     sc = sc.append_column("solo", pc.if_else(pc.is_null(sc["rank"]), sc["tgid"],
                                              pa.nulls(sc.num_rows, pa.uint32())))
