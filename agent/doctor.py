@@ -5,20 +5,7 @@ import os
 import sys
 
 from . import kernel
-from .probes import SyscallProbes
-
-
-def _module_reason(module: str, category: str) -> str | None:
-    """Why the `category` tracepoints of a kernel module are not there, or None if they are."""
-    if kernel.tracepoint_exists(category, "") and os.listdir(os.path.join(kernel.tracefs(), "events", category)):
-        return None
-    if kernel.kernel_module_loaded(module):
-        return f"the {module} module is loaded but has no {category}:* tracepoints (tracing disabled in its build?)"
-    if not os.path.exists("/proc/modules"):
-        return (f"this kernel has no {module} (not built in) and cannot load modules (CONFIG_MODULES off): "
-                f"NFS tracing needs a kernel with NFS, e.g. the VM rig in tests/vm")
-    return (f"the {module} module is not loaded: nothing is mounted over NFS yet "
-            f"(mount an NFS export, or `modprobe {module}`)")
+from .probes import NfsProbes, SunrpcProbes, SyscallProbes
 
 
 def checks() -> list[tuple[str, str | None, str]]:
@@ -39,12 +26,8 @@ def checks() -> list[tuple[str, str | None, str]]:
                 f"kernel headers: {os.path.realpath(headers)} is not this kernel's own tree (a fallback): "
                 f"fine for tracepoint programs, kprobes walking structs would read garbage")
     out.append(("headers", hdr_reason, hdr_what))
-    syscalls = SyscallProbes()
-    out.append(("probe group syscalls", syscalls.can_run(), syscalls.description))
-    out.append(("probe group sunrpc", _module_reason("sunrpc", "sunrpc"),
-                "per-RPC spans, slot waits, transports (sunrpc:* tracepoints)"))
-    out.append(("probe group nfs", _module_reason("nfs", "nfs"),
-                "WRITE/COMMIT sizes and stability, flush and fsync (nfs:* tracepoints)"))
+    for group in (SyscallProbes(), SunrpcProbes(), NfsProbes()):
+        out.append((f"probe group {group.name}", group.can_run(), group.description))
     out.append(("kprobes", None if kernel.kprobes_available() else
                 "this kernel has no kprobes (no kprobe_events in tracefs: CONFIG_KPROBES off)",
                 "slot-table occupancy from struct rpc_xprt (kprobe on xprt_alloc_slot)"))

@@ -111,6 +111,65 @@ PROC_EVENT = Layout("proc_event", (
     ("kind", "u32"),       # PROC_NEWTASK / PROC_EXEC / PROC_EXIT
 ))
 
+# One row per RPC attempt (what /proc/self/mountstats counts as one op), emitted
+# with the kernel's accounting record (sunrpc tracepoints). Times are
+# bpf_ktime_get_ns(); 0 means the event was not seen. backlog/rtt/execute are the
+# kernel's own numbers (rpc_stats_latency); attempts is 1, or 0 for a task still
+# outstanding (complete = 0) or ended without accounting when recording stopped.
+RPC_EVENT = Layout("rpc_event", (
+    ("ts_begin", "s64"),
+    ("ts_end", "s64"),
+    ("ts_reserve_start", "s64"),   # first call_reserve: the slot wait begins
+    ("ts_reserved", "s64"),        # xprt_reserve: slot obtained, xid assigned
+    ("ts_transmit_start", "s64"),  # first call_transmit
+    ("ts_first_tx", "s64"),
+    ("ts_last_tx", "s64"),
+    ("backlog_us", "u64"),
+    ("rtt_us", "u64"),
+    ("execute_us", "u64"),
+    ("backlog_sleep_ns", "u64"),   # asleep on xprt_backlog (no transport slot)
+    ("session_sleep_ns", "u64"),   # asleep on the NFSv4.1 session slot table
+    ("sending_sleep_ns", "u64"),   # asleep on xprt_sending (transport write lock, cwnd)
+    ("pending_sleep_ns", "u64"),   # asleep on xprt_pending (waiting for the reply)
+    ("delay_sleep_ns", "u64"),     # rpc_delay (e.g. after NFS4ERR_DELAY, EJUKEBOX)
+    ("task_id", "u32"),
+    ("client_id", "u32"),
+    ("xid", "u32"),
+    ("owner_tid", "u32"),          # current at rpc_task_begin (kworker/rpciod for async writeback)
+    ("owner_tgid", "u32"),
+    ("status", "s32"),
+    ("version", "u32"),
+    ("attempts", "u16"),
+    ("transmits", "u16"),
+    ("retransmits", "u16"),
+    ("timeouts", "u16"),
+    ("task_flags", "u16"),
+    ("complete", "u8"),            # 0: still outstanding when recording stopped
+    ("_pad", "u8"),
+    ("procname", "char[24]"),
+    ("progname", "char[16]"),
+))
+
+# WRITE / COMMIT / READ as the NFS client issues and completes them (nfs tracepoints).
+NFS_EVENT = Layout("nfs_event", (
+    ("ts", "s64"),
+    ("fileid", "u64"),
+    ("offset", "s64"),
+    ("stable", "u64"),
+    ("count", "u32"),              # requested (arg_count)
+    ("res_count", "u32"),          # done (res_count), on completion
+    ("dev", "u32"),
+    ("status", "s32"),             # the RPC status (bytes on success for WRITE), on completion
+    ("tid", "u32"),
+    ("tgid", "u32"),
+    ("kind", "u32"),               # NFS_* below
+    ("_pad", "u32"),
+    ("verifier", "u64"),
+))
+NFS_WRITE_START, NFS_WRITE_DONE, NFS_COMMIT_START, NFS_COMMIT_DONE, NFS_READ_START, NFS_READ_DONE = range(1, 7)
+NFS_KINDS = {NFS_WRITE_START: "write_start", NFS_WRITE_DONE: "write_done", NFS_COMMIT_START: "commit_start",
+             NFS_COMMIT_DONE: "commit_done", NFS_READ_START: "read_start", NFS_READ_DONE: "read_done"}
+
 PROC_NEWTASK, PROC_EXEC, PROC_EXIT = 1, 2, 3
 CLONE_THREAD = 0x00010000
 
@@ -135,7 +194,11 @@ BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir", "close_range"}
 
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.
-LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed")
+LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed",
+                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full")
+
+
+LAYOUTS = (SYS_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, NFS_EVENT)
 
 
 def c_header() -> str:
@@ -146,6 +209,7 @@ def c_header() -> str:
               f"#define PROC_EXIT {PROC_EXIT}", f"#define CLONE_THREAD_FLAG {CLONE_THREAD}",
               f"#define PATH_MAX_CAPTURED {PATH_MAX_CAPTURED}"]
     parts += [f"#define LOSS_{name.upper()} {i}" for i, name in enumerate(LOSS_COUNTERS)]
+    parts += [f"#define NFS_{name.upper()} {num}" for num, name in NFS_KINDS.items()]
     parts.append(f"#define LOSS_NCOUNTERS {len(LOSS_COUNTERS)}")
-    parts += [layout.c_struct() for layout in (SYS_EVENT, PATH_EVENT, PROC_EVENT)]
+    parts += [layout.c_struct() for layout in LAYOUTS]
     return "\n".join(parts) + "\n"

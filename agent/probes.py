@@ -3,6 +3,9 @@
 Like retis's collectors: can_run() returns None or the precise reason, so
 `doctor` and `record` say the same thing; an optional group that cannot run is
 skipped quietly and recorded in meta.json, a requested one fails loudly.
+
+The groups that can run are compiled as one BPF program (one compile: it takes
+~30 s under emulation): the generated header, bpf/common.h, then each group's C.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from importlib import resources
 import numpy as np
 
 from . import kernel
-from .layouts import LOSS_COUNTERS, OPS, PATH_EVENT, PROC_EVENT, SYS_EVENT, c_header
+from .layouts import LOSS_COUNTERS, NFS_EVENT, OPS, PATH_EVENT, PROC_EVENT, RPC_EVENT, SYS_EVENT, Layout, c_header
 from .ringbuf import RingReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -37,9 +40,6 @@ def _write_sysctl(path: str, value: str) -> bool:
         return True
     except OSError:
         return False
-# Ring sizes in pages (powers of two). The syscall ring absorbs ~50 ms of a
-# 5 M events/s storm between two drains.
-RING_PAGES = {"sys_ring": 4096, "path_ring": 1024, "proc_ring": 256}
 
 
 def common_reason() -> str | None:
@@ -57,6 +57,27 @@ def common_reason() -> str | None:
     return None
 
 
+def _kallsyms(names: set[str]) -> dict[str, int]:
+    """Addresses of kernel functions (root sees real ones; zeros mean hidden)."""
+    found = {}
+    try:
+        with open("/proc/kallsyms") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[2] in names and parts[2] not in found:
+                    addr = int(parts[0], 16)
+                    if addr:
+                        found[parts[2]] = addr
+    except OSError:
+        pass
+    return found
+
+
+def _missing_tracepoints(required: list[tuple[str, str]]) -> str | None:
+    missing = [f"{c}:{e}" for c, e in required if not kernel.tracepoint_exists(c, e)]
+    return f"no {', '.join(missing)} tracepoint" + ("s" if len(missing) > 1 else "") if missing else None
+
+
 @dataclass
 class Filters:
     """What the kernel side filters on (the rest is decided in user space)."""
@@ -64,9 +85,31 @@ class Filters:
     cgroup: str | None = None                        # cgroup v2 directory
 
 
-class SyscallProbes:
+class ProbeGroup:
+    name = ""
+    description = ""
+    source = ""                              # bpf/<source>
+    rings: dict[str, tuple[Layout, int]] = {}  # ring -> (layout, pages, a power of two)
+    optional_tracepoints: tuple[tuple[str, str], ...] = ()
+
+    def can_run(self) -> str | None:
+        raise NotImplementedError
+
+    def cflags(self, filters: Filters) -> list[str]:
+        flags = [f"-D{ring.upper()}_PAGES={pages}" for ring, (_, pages) in self.rings.items()]
+        flags += [f"-DHAVE_{ev}" for cat, ev in self.optional_tracepoints if kernel.tracepoint_exists(cat, ev)]
+        return flags
+
+    def program_text(self) -> str:
+        return resources.files("slotscope.bpf").joinpath(self.source).read_text()
+
+
+class SyscallProbes(ProbeGroup):
     name = "syscalls"
     description = "file syscalls of every process (syscalls:sys_enter_*/sys_exit_* tracepoints)"
+    source = "syscalls.c"
+    # The syscall ring absorbs ~50 ms of a 5 M events/s storm between two drains.
+    rings = {"sys_ring": (SYS_EVENT, 4096), "path_ring": (PATH_EVENT, 1024), "proc_ring": (PROC_EVENT, 256)}
 
     def available_syscalls(self) -> list[str]:
         return [op for op in OPS
@@ -79,17 +122,11 @@ class SyscallProbes:
             return reason
         if not kernel.tracepoint_exists("syscalls", "sys_enter_write"):
             return "no syscalls:sys_enter_write tracepoint (kernel built without CONFIG_FTRACE_SYSCALLS)"
-        for cat, ev in (("task", "task_newtask"), ("sched", "sched_process_exec"), ("sched", "sched_process_exit")):
-            if not kernel.tracepoint_exists(cat, ev):
-                return f"no {cat}:{ev} tracepoint"
-        return None
-
-    def program_text(self) -> str:
-        return c_header() + resources.files("slotscope.bpf").joinpath("syscalls.c").read_text()
+        return _missing_tracepoints([("task", "task_newtask"), ("sched", "sched_process_exec"),
+                                     ("sched", "sched_process_exit")])
 
     def cflags(self, filters: Filters) -> list[str]:
-        flags = [f"-DAGENT_TGID={os.getpid()}"]
-        flags += [f"-D{name.upper()}_PAGES={pages}" for name, pages in RING_PAGES.items()]
+        flags = super().cflags(filters) + [f"-DAGENT_TGID={os.getpid()}"]
         flags += [f"-DHAVE_{op}" for op in self.available_syscalls()]
         if filters.tgids:
             flags.append("-DFILTER_TGIDS")
@@ -97,57 +134,104 @@ class SyscallProbes:
             flags.append("-DFILTER_CGROUP")
         return flags
 
-    def load(self, filters: Filters) -> "LoadedSyscalls":
-        from bcc import BPF  # only here: importing bcc is the agent's business alone
 
-        bpf = BPF(text=self.program_text().encode(), cflags=self.cflags(filters))
-        if filters.tgids:
-            table = bpf[b"traced_tgids"]
-            for tgid in filters.tgids:
-                table[ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
-        if filters.cgroup:
-            fd = os.open(filters.cgroup, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                bpf[b"cgroup_filter"][0] = fd
-            finally:
-                os.close(fd)
-        return LoadedSyscalls(bpf, self.available_syscalls())
+def module_reason(module: str, category: str) -> str | None:
+    """Why the `category` tracepoints of a kernel module are not there, or None if they are."""
+    base = kernel.tracefs()
+    if base and os.path.isdir(os.path.join(base, "events", category)):
+        return None
+    if kernel.kernel_module_loaded(module):
+        return f"the {module} module is loaded but has no {category}:* tracepoints"
+    if not os.path.exists("/proc/modules"):
+        return (f"this kernel has no {module} (not built in) and cannot load modules (CONFIG_MODULES off): "
+                f"NFS tracing needs a kernel with NFS, e.g. the VM rig in tests/vm")
+    return (f"the {module} module is not loaded: nothing is mounted over NFS yet "
+            f"(mount an NFS export, or `modprobe {module}`)")
 
 
-class LoadedSyscalls:
-    """The running program: its three rings, loss counters and fd-ignore marks."""
+class SunrpcProbes(ProbeGroup):
+    name = "sunrpc"
+    description = "per-RPC spans: slot wait, transmit, round trip, execute (sunrpc:* tracepoints)"
+    source = "sunrpc.c"
+    rings = {"rpc_ring": (RPC_EVENT, 256)}
+    required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
+                                          "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
+                                          "rpc_task_run_action", "rpc_task_end")]
+    optional_tracepoints = (("sunrpc", "xprt_retransmit"), ("sunrpc", "rpc_timeout_status"))
 
-    def __init__(self, bpf, syscalls: list[str]):
-        self.bpf = bpf
-        self.syscalls = syscalls
-        self.sys = self._ring("sys_ring", SYS_EVENT)
-        self.paths = self._ring("path_ring", PATH_EVENT)
-        self.procs = self._ring("proc_ring", PROC_EVENT)
-        self._loss = bpf[b"loss"]
-        self._fd_gen = bpf[b"fd_gen"]
-        self._fd_ignore = bpf[b"fd_ignore"]
-        self._traced = bpf[b"traced_tgids"]
+    def can_run(self) -> str | None:
+        return common_reason() or module_reason("sunrpc", "sunrpc") or _missing_tracepoints(self.required)
+
+    def cflags(self, filters: Filters) -> list[str]:
+        flags = super().cflags(filters)
+        addrs = _kallsyms({"call_reserve", "call_transmit"})
+        if kernel.tracepoint_exists("sunrpc", "rpc_task_run_action"):
+            flags += [f"-D{name.upper()}_ADDR={addr:#x}ULL" for name, addr in addrs.items()]
+        return flags
+
+
+class NfsProbes(ProbeGroup):
+    name = "nfs"
+    description = "WRITE/COMMIT/READ sizes, offsets and stability (nfs:* tracepoints)"
+    source = "nfs.c"
+    rings = {"nfs_ring": (NFS_EVENT, 256)}
+    required = [("nfs", ev) for ev in ("nfs_initiate_write", "nfs_writeback_done",
+                                       "nfs_initiate_commit", "nfs_commit_done")]
+    optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"))
+
+    def can_run(self) -> str | None:
+        return common_reason() or module_reason("nfs", "nfs") or _missing_tracepoints(self.required)
+
+
+def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
+    from bcc import BPF  # only here: importing bcc is the agent's business alone
+
+    text = c_header() + resources.files("slotscope.bpf").joinpath("common.h").read_text()
+    text += "".join(g.program_text() for g in groups)
+    cflags = [flag for g in groups for flag in g.cflags(filters)]
+    bpf = BPF(text=text.encode(), cflags=cflags)
+    loaded = Loaded(bpf, groups)
+    for tgid in filters.tgids:
+        loaded.trace_tgid(tgid)
+    if filters.cgroup:
+        fd = os.open(filters.cgroup, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            bpf[b"cgroup_filter"][0] = fd
+        finally:
+            os.close(fd)
+    return loaded
+
+
+class Loaded:
+    """The running program: its rings, loss counters and fd-ignore marks."""
+
+    def __init__(self, bpf, groups: list[ProbeGroup]):
         from bcc.libbcc import lib
+        self.bpf = bpf
         self._lib = lib
+        self.groups = [g.name for g in groups]
+        self.syscalls = next((g.available_syscalls() for g in groups if isinstance(g, SyscallProbes)), [])
+        self.rings = {name: RingReader(bpf[name.encode()].map_fd, pages * PAGE, layout)
+                      for g in groups for name, (layout, pages) in g.rings.items()}
+        self._loss = bpf[b"loss"]
         # Per-program run time costs two clock reads per hit; worth it to report our overhead.
         self._stats_was = _read_sysctl(BPF_STATS)
         if self._stats_was is not None and not _write_sysctl(BPF_STATS, "1"):
             self._stats_was = None
 
-    def _ring(self, name: str, layout) -> RingReader:
-        return RingReader(self.bpf[name.encode()].map_fd, RING_PAGES[name] * PAGE, layout)
-
-    def read_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(syscalls, paths, procs). The syscall ring's position is taken first:
-        paths and process events that precede a syscall are then always in the
-        same batch or an earlier one."""
-        upto = self.sys.producer_position()
-        procs = self.procs.read()
-        paths = self.paths.read()
-        return self.sys.read(upto), paths, procs
+    def read_batch(self) -> dict[str, np.ndarray]:
+        """Every ring's new events. The syscall ring's position is taken first: paths
+        and process events that precede a syscall are then in the same batch or an
+        earlier one."""
+        sys_ring = self.rings.get("sys_ring")
+        upto = sys_ring.producer_position() if sys_ring else None
+        out = {name: ring.read() for name, ring in self.rings.items() if name != "sys_ring"}
+        if sys_ring:
+            out["sys_ring"] = sys_ring.read(upto)
+        return out
 
     def fill(self) -> float:
-        return max(self.sys.fill(), self.paths.fill())
+        return max(ring.fill() for ring in self.rings.values())
 
     def loss_totals(self) -> dict[str, int]:
         return {name: int(sum(self._loss[ctypes.c_int(i)])) for i, name in enumerate(LOSS_COUNTERS)}
@@ -159,14 +243,22 @@ class LoadedSyscalls:
         if gen is None:
             gen = ctypes.c_uint64(1)
             # BPF_NOEXIST: if the kernel gave the fd a generation since, that one wins.
-            if self._lib.bpf_update_elem(self._fd_gen.map_fd, ctypes.byref(key), ctypes.byref(gen), BPF_NOEXIST):
+            if self._lib.bpf_update_elem(self.bpf[b"fd_gen"].map_fd, ctypes.byref(key), ctypes.byref(gen),
+                                         BPF_NOEXIST):
                 return
         else:
             gen = ctypes.c_uint64(gen)
-        self._fd_ignore[key] = gen
+        self.bpf[b"fd_ignore"][key] = gen
 
     def trace_tgid(self, tgid: int) -> None:
-        self._traced[ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
+        self.bpf[b"traced_tgids"][ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
+
+    def outstanding_rpcs(self) -> np.ndarray:
+        """RPC tasks begun and not completed, as rpc_event records (complete = 0)."""
+        if "rpc_ring" not in self.rings:
+            return np.empty(0, RPC_EVENT.dtype)
+        records = [bytes(v)[: RPC_EVENT.dtype.itemsize] for v in self.bpf[b"rpc_tasks"].values()]
+        return np.frombuffer(b"".join(records), RPC_EVENT.dtype) if records else np.empty(0, RPC_EVENT.dtype)
 
     def bpf_runtime(self) -> dict[str, int | None]:
         """Kernel time spent in our programs (needs kernel.bpf_stats_enabled, set while loaded)."""
@@ -185,6 +277,6 @@ class LoadedSyscalls:
     def close(self) -> None:
         if self._stats_was is not None:
             _write_sysctl(BPF_STATS, self._stats_was)
-        for ring in (self.sys, self.paths, self.procs):
+        for ring in self.rings.values():
             ring.close()
         self.bpf.cleanup()

@@ -21,7 +21,8 @@ from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS
 from .meta import clock_pair, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import Filters, SyscallProbes
+from .probes import Filters, NfsProbes, SunrpcProbes, SyscallProbes, load
+from .rpc_rows import ClientNames, nfs_table, rpc_table
 from .tables import AGENT, LOSS, PROCS, SCHEMAS
 
 POLL_IDLE = 0.02        # s between drains when the rings are quiet
@@ -51,6 +52,10 @@ class RecordOptions:
         fs = self.fs or ("any" if self.paths else "nfs")
         fstypes = None if fs == "any" else (NFS_TYPES if fs == "nfs" else frozenset({fs}))
         return FileFilter(tuple(os.path.normpath(os.path.abspath(p)) for p in self.paths), fstypes)
+
+
+def _probe_of(counter: str) -> str:
+    return {"rpc": "sunrpc", "nfs": "nfs"}.get(counter.split("_", 1)[0], "syscalls")
 
 
 def _monotonic_ns() -> int:
@@ -131,10 +136,18 @@ class Recorder:
     def run(self) -> int:
         opts = self.opts
         file_filter = opts.file_filter()
-        probes = SyscallProbes()
-        reason = probes.can_run()
+        syscalls = SyscallProbes()
+        reason = syscalls.can_run()
         if reason:
             raise RecordError(f"cannot trace syscalls: {reason}")
+        # sunrpc and nfs are optional: a machine without NFS still records syscalls.
+        groups, skipped = [syscalls], {}
+        for group in (SunrpcProbes(), NfsProbes()):
+            why = group.can_run()
+            if why:
+                skipped[group.name] = why
+            else:
+                groups.append(group)
         _refuse_traced_output(opts, file_filter)
         if opts.cgroup and not os.path.isdir(opts.cgroup):
             raise RecordError(f"--cgroup {opts.cgroup}: not a cgroup v2 directory")
@@ -152,21 +165,31 @@ class Recorder:
             raise RecordError(str(exc)) from None
         if writer.replaced:
             self._say(f"--force: replaced the earlier capture in {opts.output} ({writer.replaced} files)")
-        skipped = {"sunrpc": "not yet implemented in this version",
-                   "nfs": "not yet implemented in this version"}
         meta = start_meta(self.argv, {
             "paths": list(file_filter.prefixes),
             "fs": sorted(file_filter.fstypes) if file_filter.fstypes else "any",
             "pids": opts.pids, "cgroup": opts.cgroup, "command": bool(opts.command),
         }, {"attached": {}, "skipped": skipped})
+        filters = Filters(tgids=tgids, cgroup=opts.cgroup)
         try:
-            loaded = probes.load(Filters(tgids=tgids, cgroup=opts.cgroup))
-        except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
+            try:
+                loaded = load(groups, filters)
+            except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
+                if len(groups) == 1:
+                    raise
+                # The optional groups must not cost the syscall view: retry without them.
+                for g in groups[1:]:
+                    skipped[g.name] = f"failed to load: {exc}"
+                self._say(f"the {', '.join(g.name for g in groups[1:])} probes failed to load ({exc}); "
+                          f"recording syscalls only")
+                groups = groups[:1]
+                loaded = load(groups, filters)
+        except Exception as exc:
             if proc:
                 proc.kill()
             writer.close()
             raise RecordError(f"loading the syscall probes failed: {exc}") from None
-        meta["probes"]["attached"]["syscalls"] = loaded.syscalls
+        meta["probes"]["attached"] = {g.name: (loaded.syscalls if g is syscalls else True) for g in groups}
         writer.write_meta(meta)
 
         registry = FileRegistry(file_filter)
@@ -177,7 +200,9 @@ class Recorder:
             signal.signal(sig, self._on_signal)
         if proc is not None:
             proc.release()
+        self.clients = ClientNames()
         self._say(f"recording to {opts.output} ({len(loaded.syscalls)} syscalls"
+                  f"{', ' + ', '.join(loaded.groups[1:]) if len(loaded.groups) > 1 else ''}"
                   f"{', command pid %d' % proc.pid if proc else ''}); Ctrl-C to stop")
 
         deadline = time.monotonic() + opts.duration if opts.duration else None
@@ -193,6 +218,9 @@ class Recorder:
                 elif loaded.fill() < POLL_BUSY_FILL:
                     time.sleep(POLL_IDLE)
             self._drain(loaded, writer)   # what arrived before the probes go away
+            outstanding = loaded.outstanding_rpcs()
+            if outstanding.size:
+                writer.append("rpc", rpc_table(outstanding, self.clients, _monotonic_ns()))
         except CaptureWriteError as exc:
             failure = str(exc)
         finally:
@@ -225,9 +253,13 @@ class Recorder:
 
     # ---- the drain ----
     def _drain(self, loaded, writer: CaptureWriter) -> None:
-        sys_ev, paths, procs = loaded.read_batch()
-        self.events += sys_ev.size
-        table = self.decoder.feed(sys_ev, paths, procs)
+        batch = loaded.read_batch()
+        self.events += sum(arr.size for arr in batch.values())
+        if batch.get("rpc_ring") is not None and batch["rpc_ring"].size:
+            writer.append("rpc", rpc_table(batch["rpc_ring"], self.clients, _monotonic_ns()))
+        if batch.get("nfs_ring") is not None and batch["nfs_ring"].size:
+            writer.append("nfs_io", nfs_table(batch["nfs_ring"]))
+        table = self.decoder.feed(batch["sys_ring"], batch["path_ring"], batch["proc_ring"])
         if table is not None:
             writer.append("syscall", table)
             self.rows += table.num_rows
@@ -267,7 +299,7 @@ class Recorder:
         for name, total in totals.items():
             delta = total - self._loss_seen[name]
             if delta:
-                rows.append({"ts": ts, "interval_ns": interval, "probe": "syscalls",
+                rows.append({"ts": ts, "interval_ns": interval, "probe": _probe_of(name),
                              "counter": name, "lost": delta})
         self._loss_seen = totals
         if rows:

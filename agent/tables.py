@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .layouts import SYS_EVENT
+from .layouts import NFS_EVENT, RPC_EVENT, SYS_EVENT
 
 _sys = SYS_EVENT.arrow_type
 
@@ -42,7 +42,21 @@ AGENT = pa.schema([
     ("capture_bytes", pa.int64()), ("bpf_run_ns", pa.int64()), ("bpf_run_cnt", pa.int64()),
 ])
 
+# Raw RPC fields (as declared), then the spans derived from them, all in ns.
+RPC = pa.schema([(name, RPC_EVENT.arrow_type(name)) for name, _ in RPC_EVENT.fields if not name.startswith("_")] + [
+    ("slot_wait_ns", pa.int64()),      # call_reserve -> xprt_reserve (or the backlog sleeps)
+    ("transmit_wait_ns", pa.int64()),  # call_transmit -> first transmit (or the xprt_sending sleeps)
+    ("backlog_ns", pa.int64()), ("rtt_ns", pa.int64()), ("execute_ns", pa.int64()),
+    ("age_ns", pa.int64()),            # outstanding ones: how long they had been running at stop
+    ("server", pa.string()),
+])
+
+NFS_IO = pa.schema([(name, NFS_EVENT.arrow_type(name)) for name, _ in NFS_EVENT.fields
+                    if name not in ("_pad", "kind")] + [("kind", pa.string())])
+
 SCHEMAS: dict[str, tuple[pa.Schema, int]] = {
+    "rpc": (RPC, 1),
+    "nfs_io": (NFS_IO, 1),
     "syscall": (SYSCALL, 1),
     "procs": (PROCS, 1),
     "loss": (LOSS, 1),

@@ -8,7 +8,7 @@ pinned to one core; the consumer is pinned to another). Four passes:
   perf       baseline A: BPF_PERF_OUTPUT, default page_cnt, per-event Python callback
   ringbuf    baseline B: BPF_RINGBUF_OUTPUT, per-event Python callback
   slotscope  the agent's own program (bpf/syscalls.c) drained in bulk with
-             LoadedSyscalls.read_batch() on the recorder's cadence (every 20 ms,
+             Loaded.read_batch() on the recorder's cadence (every 20 ms,
              at once when the ring is filling), decoded to Arrow columns
 
 For each: events produced (the producer's own count), received, lost (the gap
@@ -32,7 +32,9 @@ import numpy as np
 
 from slotscope.agent import kernel
 from slotscope.agent.layouts import OP_NUMBER, SYS_EVENT
-from slotscope.agent.probes import RING_PAGES
+from slotscope.agent.probes import SyscallProbes as _Sys
+
+SYS_RING_PAGES = _Sys.rings["sys_ring"][1]
 
 try:  # drain on the agent's own cadence
     from slotscope.agent.recorder import POLL_BUSY_FILL, POLL_IDLE
@@ -233,7 +235,7 @@ class RingbufBaseline:
         from bcc import BPF
         self.bpf = BPF(text=SYS_EVENT.c_struct() + BASELINE_C,
                        cflags=[f"-DTGID={pid}", f"-DOP_WRITE={OP_NUMBER['write']}",
-                               f"-DRING_PAGES={RING_PAGES['sys_ring']}"])
+                               f"-DRING_PAGES={SYS_RING_PAGES}"])
         self.received = self.bytes = 0
         self.bpf["events"].open_ring_buffer(self._event)
 
@@ -257,20 +259,21 @@ class Slotscope:
     name, label = "slotscope", "slotscope: bulk ring read + Arrow"
 
     def __init__(self, pid: int, poll_ms: float | None = None):
-        from slotscope.agent.probes import Filters, SyscallProbes
+        from slotscope.agent.probes import Filters, SyscallProbes, load
         probes = SyscallProbes()
         reason = probes.can_run()
         if reason:
             raise RuntimeError(reason)
         self.pid = pid
         self.poll = POLL_IDLE if poll_ms is None else poll_ms / 1000
-        self.loaded = probes.load(Filters(tgids=[pid]))
+        self.loaded = load([probes], Filters(tgids=[pid]))
         self.received = self.bytes = self.other = self.batches = 0
         self.max_fill = 0.0
 
     def drain(self) -> None:
         self.max_fill = max(self.max_fill, self.loaded.fill())
-        sys_ev, paths, procs = self.loaded.read_batch()
+        batch = self.loaded.read_batch()
+        sys_ev = batch["sys_ring"]
         if len(sys_ev):
             cols = SYS_EVENT.to_arrow(sys_ev)
             mine = (sys_ev["tgid"] == self.pid) & (sys_ev["op"] == OP_NUMBER["write"])
@@ -279,9 +282,9 @@ class Slotscope:
             self.other += len(sys_ev) - n
             self.bytes += int(cols["ret"].to_numpy().sum())
             self.batches += 1
-        for arr, layout in ((paths, self.loaded.paths.layout), (procs, self.loaded.procs.layout)):
-            if len(arr):
-                layout.to_arrow(arr)
+        for name in ("path_ring", "proc_ring"):
+            if len(batch[name]):
+                self.loaded.rings[name].layout.to_arrow(batch[name])
         if self.loaded.fill() < POLL_BUSY_FILL:  # as the recorder: sleep unless the ring fills up
             time.sleep(self.poll)
 
@@ -461,7 +464,7 @@ def main(argv=None) -> int:
     add_ratios(results)
     verdict = goal(results)
     out = {"kernel": os.uname().release, "cpus": os.cpu_count(), "pinning": {"producer": cpus[0], "consumer": cpus[1]},
-           "seconds_per_method": seconds, "poll_ms": args.poll_ms or POLL_IDLE * 1000, "sys_ring_pages": RING_PAGES["sys_ring"],
+           "seconds_per_method": seconds, "poll_ms": args.poll_ms or POLL_IDLE * 1000, "sys_ring_pages": SYS_RING_PAGES,
            "methods": results, "goal": verdict}
     if args.json:
         json.dump(out, sys.stdout, indent=2)

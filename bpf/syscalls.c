@@ -6,8 +6,8 @@
  * (struct iovec, struct open_how). It never walks kernel structs, so it is
  * correct even when the kernel headers do not match the running kernel.
  *
- * The agent prepends: the generated header (structs, OP_* numbers, counters)
- * and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, HAVE_<syscall>,
+ * The agent prepends: the generated header (structs, OP_* numbers, counters),
+ * common.h, and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, HAVE_<syscall>,
  * *_RING_PAGES.
  *
  * Which fd is worth an event is decided in user space, which knows paths and
@@ -44,17 +44,9 @@ BPF_TABLE("lru_hash", u64, u64, fd_gen, 131072);
 BPF_TABLE("lru_hash", u64, u64, fd_ignore, 131072);
 BPF_HASH(traced_tgids, u32, u8, 65536);
 BPF_CGROUP_ARRAY(cgroup_filter, 1);
-BPF_PERCPU_ARRAY(loss, u64, LOSS_NCOUNTERS);
 BPF_RINGBUF_OUTPUT(sys_ring, SYS_RING_PAGES);
 BPF_RINGBUF_OUTPUT(path_ring, PATH_RING_PAGES);
 BPF_RINGBUF_OUTPUT(proc_ring, PROC_RING_PAGES);
-
-static __always_inline void count_loss(int idx)
-{
-    u64 *v = loss.lookup(&idx);
-    if (v)
-        (*v)++;
-}
 
 static __always_inline int wanted(u64 pid_tgid)
 {

@@ -1,0 +1,65 @@
+"""`rpc` and `nfs_io` rows from the sunrpc and nfs probe groups' events."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from .layouts import NFS_EVENT, NFS_KINDS, RPC_EVENT
+from .tables import NFS_IO, RPC
+
+DEBUGFS_CLIENTS = "/sys/kernel/debug/sunrpc/rpc_clnt"
+
+
+class ClientNames:
+    """client_id -> server address, from debugfs (which never asks the server)."""
+
+    def __init__(self):
+        self._names: dict[int, str | None] = {}
+
+    def _refresh(self) -> None:
+        for info in glob.glob(os.path.join(DEBUGFS_CLIENTS, "*", "info")):
+            try:
+                cid = int(os.path.basename(os.path.dirname(info)))
+                with open(info) as f:
+                    fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            except (OSError, ValueError):
+                continue
+            self._names[cid] = fields.get("RPC server", "").strip() or None
+
+    def names(self, ids: np.ndarray) -> list[str | None]:
+        uniq = set(np.unique(ids).tolist())
+        if uniq - self._names.keys():
+            self._refresh()
+            for cid in uniq - self._names.keys():
+                self._names[cid] = None   # not in debugfs: do not look again
+        return [self._names.get(cid) for cid in ids.tolist()]
+
+
+def _span(end: np.ndarray, start: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """end - start where both were seen, else the fallback."""
+    both = (end > 0) & (start > 0)
+    return np.where(both, end - start, fallback.astype(np.int64))
+
+
+def rpc_table(ev: np.ndarray, clients: ClientNames, now_ns: int) -> pa.Table:
+    cols = RPC_EVENT.to_arrow(ev)
+    derived = {
+        "slot_wait_ns": _span(ev["ts_reserved"], ev["ts_reserve_start"], ev["backlog_sleep_ns"]),
+        "transmit_wait_ns": _span(ev["ts_first_tx"], ev["ts_transmit_start"], ev["sending_sleep_ns"]),
+        "backlog_ns": ev["backlog_us"].astype(np.int64) * 1000,
+        "rtt_ns": ev["rtt_us"].astype(np.int64) * 1000,
+        "execute_ns": ev["execute_us"].astype(np.int64) * 1000,
+        "age_ns": np.where(ev["complete"] == 0, now_ns - ev["ts_begin"], 0),
+        "server": clients.names(ev["client_id"]),
+    }
+    arrays = [cols[f.name] if f.name in cols else pa.array(derived[f.name], f.type) for f in RPC]
+    return pa.Table.from_arrays(arrays, schema=RPC)
+
+
+def nfs_table(ev: np.ndarray) -> pa.Table:
+    cols = NFS_EVENT.to_arrow(ev)
+    cols["kind"] = pa.array([NFS_KINDS.get(k, "?") for k in ev["kind"].tolist()], pa.string())
+    return pa.Table.from_arrays([cols[f.name] for f in NFS_IO], schema=NFS_IO)

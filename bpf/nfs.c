@@ -1,0 +1,111 @@
+/*
+ * slotscope: NFS client WRITE / COMMIT / READ, from nfs tracepoints only
+ * (header-independent). The issuing thread is current at initiate_*; the
+ * completion runs in rpciod/nfsiod, so *_done rows say only what completed.
+ */
+
+BPF_RINGBUF_OUTPUT(nfs_ring, NFS_RING_PAGES);
+
+static __always_inline struct nfs_event *nfs_reserve(u32 kind)
+{
+    struct nfs_event *e = nfs_ring.ringbuf_reserve(sizeof(struct nfs_event));
+    if (!e) {
+        count_loss(LOSS_NFS_RING_FULL);
+        return 0;
+    }
+    __builtin_memset(e, 0, sizeof(*e));
+    u64 id = bpf_get_current_pid_tgid();
+    e->ts = bpf_ktime_get_ns();
+    e->tid = id;
+    e->tgid = id >> 32;
+    e->kind = kind;
+    return e;
+}
+
+/* BCC rewrites map calls, but not inside macros: submit through a function. */
+static __always_inline void nfs_submit(struct nfs_event *e)
+{
+    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+#define NFS_START(event, KIND)                                  \
+    TRACEPOINT_PROBE(nfs, event)                                \
+    {                                                           \
+        struct nfs_event *e = nfs_reserve(KIND);                \
+        if (!e)                                                 \
+            return 0;                                           \
+        e->dev = args->dev;                                     \
+        e->fileid = args->fileid;                               \
+        e->offset = args->offset;                               \
+        e->count = args->count;                                 \
+        nfs_submit(e);                                          \
+        return 0;                                               \
+    }
+
+NFS_START(nfs_initiate_commit, NFS_COMMIT_START)
+#ifdef HAVE_nfs_initiate_read
+NFS_START(nfs_initiate_read, NFS_READ_START)
+#endif
+
+TRACEPOINT_PROBE(nfs, nfs_initiate_write)
+{
+    struct nfs_event *e = nfs_reserve(NFS_WRITE_START);
+    if (!e)
+        return 0;
+    e->dev = args->dev;
+    e->fileid = args->fileid;
+    e->offset = args->offset;
+    e->count = args->count;
+    e->stable = args->stable;
+    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+
+TRACEPOINT_PROBE(nfs, nfs_writeback_done)
+{
+    struct nfs_event *e = nfs_reserve(NFS_WRITE_DONE);
+    if (!e)
+        return 0;
+    e->dev = args->dev;
+    e->fileid = args->fileid;
+    e->offset = args->offset;
+    e->count = args->arg_count;
+    e->res_count = args->res_count;
+    e->status = args->error;
+    e->stable = args->stable;
+    __builtin_memcpy(&e->verifier, args->verifier, 8);
+    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+
+TRACEPOINT_PROBE(nfs, nfs_commit_done)
+{
+    struct nfs_event *e = nfs_reserve(NFS_COMMIT_DONE);
+    if (!e)
+        return 0;
+    e->dev = args->dev;
+    e->fileid = args->fileid;
+    e->offset = args->offset;
+    e->status = args->error;
+    e->stable = args->stable;
+    __builtin_memcpy(&e->verifier, args->verifier, 8);
+    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+
+#ifdef HAVE_nfs_readpage_done
+TRACEPOINT_PROBE(nfs, nfs_readpage_done)
+{
+    struct nfs_event *e = nfs_reserve(NFS_READ_DONE);
+    if (!e)
+        return 0;
+    e->dev = args->dev;
+    e->fileid = args->fileid;
+    e->offset = args->offset;
+    e->count = args->arg_count;
+    e->res_count = args->res_count;
+    e->status = args->error;
+    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+#endif

@@ -1,0 +1,227 @@
+/*
+ * slotscope: one record per RPC task, from sunrpc tracepoints only.
+ *
+ * Tracepoint arguments only (BCC takes their layout from tracefs), so this is
+ * header-independent too. A task is keyed by (client_id, task_id): task_id is a
+ * per-client counter that can wrap, but never within one task's lifetime.
+ *
+ * A record is emitted at rpc_stats_latency, which rpc_exit_task fires once per
+ * attempt, as /proc/self/mountstats counts. (rpc_task_complete is no use: by
+ * then the task has dropped its client, so its client_id reads -1.) A task
+ * that restarts after that (rpc_call_done can retry it) gets a fresh record
+ * from its next state-machine step.
+ *
+ * Where a span starts, rpc_task_run_action tells: its `action` is a function
+ * pointer, compared with the addresses of call_reserve and call_transmit that
+ * the agent reads from /proc/kallsyms (CALL_RESERVE_ADDR, CALL_TRANSMIT_ADDR).
+ * Where they are missing (inlined), the sleep sums still give the waits.
+ */
+
+struct rpc_task_state {
+    struct rpc_event ev;
+    s64 sleep_start;
+    u8 sleep_class;   /* SLEEP_* of the queue the task sleeps on */
+};
+
+#define SLEEP_NONE 0
+#define SLEEP_BACKLOG 1
+#define SLEEP_SESSION 2
+#define SLEEP_SENDING 3
+#define SLEEP_PENDING 4
+#define SLEEP_DELAY 5
+
+/* LRU: a task that ends without an accounting record must not pin an entry forever. */
+BPF_TABLE("lru_hash", u64, struct rpc_task_state, rpc_tasks, 65536);
+BPF_RINGBUF_OUTPUT(rpc_ring, RPC_RING_PAGES);
+
+static __always_inline u64 rpc_key(u32 client_id, u32 task_id)
+{
+    return ((u64)client_id << 32) | task_id;
+}
+
+static __always_inline struct rpc_task_state *rpc_state(u32 client_id, u32 task_id)
+{
+    u64 key = rpc_key(client_id, task_id);
+    return rpc_tasks.lookup(&key);
+}
+
+static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_id, u16 flags)
+{
+    u64 key = rpc_key(client_id, task_id);
+    struct rpc_task_state st = {};
+    u64 id = bpf_get_current_pid_tgid();
+    st.ev.ts_begin = bpf_ktime_get_ns();
+    st.ev.task_id = task_id;
+    st.ev.client_id = client_id;
+    st.ev.owner_tid = id;
+    st.ev.owner_tgid = id >> 32;
+    st.ev.task_flags = flags;
+    if (rpc_tasks.update(&key, &st)) {
+        count_loss(LOSS_RPC_TASKS_FULL);
+        return 0;
+    }
+    return rpc_tasks.lookup(&key);
+}
+
+TRACEPOINT_PROBE(sunrpc, rpc_task_begin)
+{
+    rpc_begin(args->client_id, args->task_id, args->flags);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sunrpc, rpc_request)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st)
+        return 0;
+    st->ev.version = args->version;
+    TP_DATA_LOC_READ_STR(st->ev.procname, procname, sizeof(st->ev.procname));
+    TP_DATA_LOC_READ_STR(st->ev.progname, progname, sizeof(st->ev.progname));
+    return 0;
+}
+
+TRACEPOINT_PROBE(sunrpc, rpc_task_run_action)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st)  /* restarted after its accounting record */
+        st = rpc_begin(args->client_id, args->task_id, args->flags);
+    if (!st)
+        return 0;
+#if defined(CALL_RESERVE_ADDR) || defined(CALL_TRANSMIT_ADDR)
+    u64 action = (u64)args->action;
+#endif
+#ifdef CALL_RESERVE_ADDR
+    if (action == CALL_RESERVE_ADDR && !st->ev.ts_reserve_start)
+        st->ev.ts_reserve_start = bpf_ktime_get_ns();
+#endif
+#ifdef CALL_TRANSMIT_ADDR
+    if (action == CALL_TRANSMIT_ADDR && !st->ev.ts_transmit_start)
+        st->ev.ts_transmit_start = bpf_ktime_get_ns();
+#endif
+    return 0;
+}
+
+/* Which queue: the first bytes of q_name tell them apart. */
+static __always_inline u8 sleep_class(const char *q)
+{
+    if (q[0] == 'x' && q[4] == '_') {        /* xprt_backlog, xprt_sending, xprt_pending */
+        if (q[5] == 'b') return SLEEP_BACKLOG;
+        if (q[5] == 's') return SLEEP_SENDING;
+        if (q[5] == 'p') return SLEEP_PENDING;
+    }
+    if (q[0] == 'F' && q[1] == 'o')           /* ForeChannel Slot table */
+        return SLEEP_SESSION;
+    if (q[0] == 'd' && q[1] == 'e')           /* delayq */
+        return SLEEP_DELAY;
+    return SLEEP_NONE;
+}
+
+TRACEPOINT_PROBE(sunrpc, rpc_task_sleep)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st)
+        return 0;
+    char q[8] = {};
+    TP_DATA_LOC_READ_CONST(q, q_name, sizeof(q));
+    st->sleep_class = sleep_class(q);
+    st->sleep_start = bpf_ktime_get_ns();
+    return 0;
+}
+
+TRACEPOINT_PROBE(sunrpc, rpc_task_wakeup)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st || !st->sleep_start)
+        return 0;
+    u64 slept = bpf_ktime_get_ns() - st->sleep_start;
+    switch (st->sleep_class) {
+    case SLEEP_BACKLOG: st->ev.backlog_sleep_ns += slept; break;
+    case SLEEP_SESSION: st->ev.session_sleep_ns += slept; break;
+    case SLEEP_SENDING: st->ev.sending_sleep_ns += slept; break;
+    case SLEEP_PENDING: st->ev.pending_sleep_ns += slept; break;
+    case SLEEP_DELAY: st->ev.delay_sleep_ns += slept; break;
+    }
+    st->sleep_start = 0;
+    return 0;
+}
+
+TRACEPOINT_PROBE(sunrpc, xprt_reserve)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st)
+        return 0;
+    st->ev.ts_reserved = bpf_ktime_get_ns();
+    st->ev.xid = args->xid;
+    return 0;
+}
+
+/* May fire in another task's context (the lock holder sends the queue): keyed, so fine. */
+TRACEPOINT_PROBE(sunrpc, xprt_transmit)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st || args->status != 0)
+        return 0;
+    s64 now = bpf_ktime_get_ns();
+    if (!st->ev.ts_first_tx)
+        st->ev.ts_first_tx = now;
+    st->ev.ts_last_tx = now;
+    st->ev.transmits++;
+    return 0;
+}
+
+#ifdef HAVE_xprt_retransmit
+TRACEPOINT_PROBE(sunrpc, xprt_retransmit)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (st)
+        st->ev.retransmits++;
+    return 0;
+}
+#endif
+
+#ifdef HAVE_rpc_timeout_status
+TRACEPOINT_PROBE(sunrpc, rpc_timeout_status)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (st)
+        st->ev.timeouts++;
+    return 0;
+}
+#endif
+
+TRACEPOINT_PROBE(sunrpc, rpc_task_end)
+{
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (st) {
+        st->ev.status = args->status;
+        st->ev.ts_end = bpf_ktime_get_ns();
+        st->ev.complete = 1;
+    }
+    return 0;
+}
+
+/* Once per attempt, right after rpc_task_end, with the numbers mountstats adds up. */
+TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
+{
+    u64 key = rpc_key(args->client_id, args->task_id);
+    struct rpc_task_state *st = rpc_tasks.lookup(&key);
+    if (!st)
+        return 0;
+    struct rpc_event *e = rpc_ring.ringbuf_reserve(sizeof(struct rpc_event));
+    if (e) {
+        __builtin_memcpy(e, &st->ev, sizeof(*e));
+        e->backlog_us = args->backlog;
+        e->rtt_us = args->rtt;
+        e->execute_us = args->execute;
+        e->attempts = 1;
+        e->xid = args->xid;
+        if (!e->ts_end)
+            e->ts_end = bpf_ktime_get_ns();
+        e->complete = 1;
+        rpc_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    } else {
+        count_loss(LOSS_RPC_RING_FULL);
+    }
+    rpc_tasks.delete(&key);
+    return 0;
+}

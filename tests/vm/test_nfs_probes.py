@@ -1,0 +1,105 @@
+"""The sunrpc and nfs probe groups on a real NFS client (slow tier): the capture must
+agree with the kernel's own accounting, and show where a saturated slot table's time goes."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from vmrig import mountstats
+
+VM_DIR = Path(__file__).resolve().parent
+REPO = VM_DIR.parent.parent
+
+pytestmark = pytest.mark.vm
+
+
+def scenario(tmp_path_factory, name, *args):
+    out = tmp_path_factory.mktemp(name) / "s"
+    p = subprocess.run([sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=1500, check=False)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def rpc_rows(out):
+    from slotscope.analyzer.capture import Capture
+    t = Capture.open(str(out / "capture")).read("rpc")
+    assert t is not None, "no rpc rows"
+    return t
+
+
+def per_proc(table):
+    """procname -> summed kernel accounting over the completed attempts."""
+    done = table.filter(pc.equal(table["complete"], 1))
+    g = done.group_by("procname").aggregate([("attempts", "sum"), ("backlog_us", "sum"), ("rtt_us", "sum"),
+                                             ("execute_us", "sum"), ("slot_wait_ns", "sum")])
+    return {r["procname"]: r for r in g.to_pylist()}
+
+
+@pytest.fixture(scope="module")
+def mixed(vm_image, tmp_path_factory):
+    # fsync'ed 64 KiB writes (WRITE + COMMIT), one rank of 4 KiB O_SYNC writes, plus the
+    # LOOKUP/CREATE/ACCESS/GETATTR of creating the files; a 2-slot table makes waits real.
+    return scenario(tmp_path_factory, "mixed", "--nfs-vers", "3", "--slots", "2", "--delay-ms", "5",
+                    "--ranks", "4", "--write-size", "65536", "--mode", "fsync", "--file-mb", "1",
+                    "--rank-override", "1:write-size=4096,mode=osync")
+
+
+@pytest.fixture(scope="module")
+def saturated(vm_image, tmp_path_factory):
+    return scenario(tmp_path_factory, "saturated", "--nfs-vers", "3", "--slots", "4", "--delay-ms", "10",
+                    "--ranks", "8", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25")
+
+
+@pytest.fixture(scope="module")
+def unconstrained(vm_image, tmp_path_factory):
+    return scenario(tmp_path_factory, "free", "--nfs-vers", "3", "--ranks", "4", "--write-size", "1048576",
+                    "--mode", "buffered", "--file-mb", "4")
+
+
+def test_per_procedure_totals_match_mountstats(mixed):
+    """Counts and summed backlog, RTT and execute per procedure agree with the
+    /proc/self/mountstats delta within 1% (the kernel prints ms, the tracepoint µs)."""
+    before = mountstats.parse((mixed / "mountstats.before").read_text())
+    after = mountstats.parse((mixed / "mountstats.after").read_text())
+    want = {name: {k: v - before["ops"].get(name, {}).get(k, 0) for k, v in c.items()}
+            for name, c in after["ops"].items()}
+    got = per_proc(rpc_rows(mixed))
+    active = {name: w for name, w in want.items() if w["ops"] > 0}
+    assert {"WRITE", "COMMIT"} <= set(active), active.keys()
+    for name, w in active.items():
+        g = got.get(name)
+        assert g is not None, f"{name}: {w['ops']} ops in mountstats, none in the capture"
+        assert g["attempts_sum"] == w["ops"], name
+        for ours, theirs in (("backlog_us_sum", "queue_ms"), ("rtt_us_sum", "rtt_ms"),
+                             ("execute_us_sum", "execute_ms")):
+            ms = g[ours] / 1000
+            assert abs(ms - w[theirs]) <= max(0.01 * w[theirs], 1 + w["ops"] / 1000), (name, ours, ms, w[theirs])
+    io = json.loads(subprocess.run([sys.executable, "-m", "slotscope.agent.cli", "dump", str(mixed / "capture"),
+                                    "-t", "nfs_io", "-O", "json"], capture_output=True, text=True,
+                                   check=True).stdout.splitlines()[0])
+    assert io["kind"] in ("write_start", "write_done", "commit_start", "commit_done")
+
+
+def test_saturated_slot_table_shows_in_the_rpc_rows(saturated):
+    """--slots 4, 8 ranks of 4 KiB O_SYNC writes over a 20 ms RTT: WRITE tasks sleep on
+    xprt_backlog. With twice as many writers as slots, each WRITE waits about one round
+    trip for a slot: slot wait is about half of its time, as large as the round trip
+    itself, and far larger than the wait to transmit."""
+    t = rpc_rows(saturated)
+    w = per_proc(t)["WRITE"]
+    writes = t.filter(pc.equal(t["procname"], "WRITE"))
+    execute_ns = w["execute_us_sum"] * 1000
+    assert w["slot_wait_ns_sum"] > 0.4 * execute_ns
+    assert w["slot_wait_ns_sum"] > 0.8 * pc.sum(writes["rtt_ns"]).as_py()
+    assert w["slot_wait_ns_sum"] > 10 * pc.sum(writes["transmit_wait_ns"]).as_py()
+    assert pc.sum(writes["backlog_sleep_ns"]).as_py() > 0.4 * execute_ns
+
+
+def test_unconstrained_large_writes_do_not_wait_for_slots(unconstrained):
+    t = rpc_rows(unconstrained)
+    w = per_proc(t)["WRITE"]
+    assert w["slot_wait_ns_sum"] < 0.2 * w["execute_us_sum"] * 1000
