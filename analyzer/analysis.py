@@ -16,7 +16,9 @@ def _utc(meta: dict, key: str) -> str | None:
 
 
 def analyze(job: Job, version: str) -> dict:
-    notes = []
+    # No finding is computed yet, so no verdict: null, never a "healthy" nobody checked.
+    notes = ["not assessed: this version attributes syscalls and RPCs per rank; the findings "
+             "(slot saturation, server not responding, ...) and the verdict are not computed yet"]
     if all(c.read("rpc") is None for c in job.captures):
         notes.append("no RPC rows in these captures: RPC, slot-table and server findings need the "
                      "sunrpc/NFS probes (a kernel with NFS); only syscalls were analysed")
@@ -28,7 +30,7 @@ def analyze(job: Job, version: str) -> dict:
             "start": _utc(c.meta, "start"), "end": _utc(c.meta, "stop"),
             "lost_events": job.lost_events(c),
         } for c in job.captures],
-        "verdict": "healthy",
+        "verdict": None,
         "findings": [],
         "ranks": rank_table(job),
         "transports": [],
@@ -51,7 +53,7 @@ def _size(n: int) -> str:
 
 
 def render_text(result: dict) -> str:
-    out = [f"verdict: {result['verdict']}"]
+    out = [f"verdict: {result['verdict'] or 'not assessed'}"]
     for cap in result["captures"]:
         out.append(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
                    f"{cap['start'] or '?'} .. {cap['end'] or 'still recording'}, "
