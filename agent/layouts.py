@@ -150,6 +150,18 @@ RPC_EVENT = Layout("rpc_event", (
     ("progname", "char[16]"),
 ))
 
+# Slot-table occupancy per RPC client, emitted on every change (so no peak is
+# missed): tasks holding a transport slot, and tasks asleep on each queue.
+SLOT_EVENT = Layout("slot_event", (
+    ("ts", "s64"),
+    ("in_use", "s32"),        # reserved a slot (xprt_reserve) and not yet finished
+    ("backlog", "s32"),       # asleep on xprt_backlog: waiting for a slot
+    ("session_wait", "s32"),  # asleep on the NFSv4.1 session slot table
+    ("sending", "s32"),       # asleep on xprt_sending
+    ("pending", "s32"),       # asleep on xprt_pending: sent, waiting for the reply
+    ("client_id", "u32"),
+))
+
 # WRITE / COMMIT / READ as the NFS client issues and completes them (nfs tracepoints).
 NFS_EVENT = Layout("nfs_event", (
     ("ts", "s64"),
@@ -195,10 +207,10 @@ BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir", "close_range"}
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.
 LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed",
-                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full")
+                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full")
 
 
-LAYOUTS = (SYS_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, NFS_EVENT)
+LAYOUTS = (SYS_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT)
 
 
 def c_header() -> str:

@@ -57,7 +57,10 @@ def nfs_mounts() -> list[dict]:
 
 
 def sunrpc_sysctls() -> dict[str, str | None]:
-    return {name: _read(f"/proc/sys/sunrpc/{name}") for name in SUNRPC_SYSCTLS}
+    """The slot limits: sunrpc's for NFSv3/TCP, the session's for NFSv4.1+."""
+    out = {name: _read(f"/proc/sys/sunrpc/{name}") for name in SUNRPC_SYSCTLS}
+    out["nfs_max_session_slots"] = _read("/sys/module/nfs/parameters/max_session_slots")
+    return out
 
 
 def nics() -> list[dict]:

@@ -17,7 +17,7 @@ from importlib import resources
 import numpy as np
 
 from . import kernel
-from .layouts import LOSS_COUNTERS, NFS_EVENT, OPS, PATH_EVENT, PROC_EVENT, RPC_EVENT, SYS_EVENT, Layout, c_header
+from .layouts import LOSS_COUNTERS, NFS_EVENT, OPS, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT, Layout, c_header
 from .ringbuf import RingReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -153,7 +153,7 @@ class SunrpcProbes(ProbeGroup):
     name = "sunrpc"
     description = "per-RPC spans: slot wait, transmit, round trip, execute (sunrpc:* tracepoints)"
     source = "sunrpc.c"
-    rings = {"rpc_ring": (RPC_EVENT, 256)}
+    rings = {"rpc_ring": (RPC_EVENT, 256), "slot_ring": (SLOT_EVENT, 256)}
     required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]

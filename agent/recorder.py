@@ -22,7 +22,8 @@ from .layouts import LOSS_COUNTERS
 from .meta import clock_pair, start_meta
 from .mounts import NFS_TYPES, MountTable
 from .probes import Filters, NfsProbes, SunrpcProbes, SyscallProbes, load
-from .rpc_rows import ClientNames, nfs_table, rpc_table
+from .rpc_rows import ClientNames, nfs_table, rpc_table, slots_table
+from .samplers import KmsgReader, NetdevSampler, SamplerThread
 from .tables import AGENT, LOSS, PROCS, SCHEMAS
 
 POLL_IDLE = 0.02        # s between drains when the rings are quiet
@@ -89,7 +90,8 @@ class HeldCommand:
         if self.pid == 0:  # the child: wait for the go, then become the command
             try:
                 os.close(self._go)
-                os.read(r, 1)
+                if os.read(r, 1) != b"x":   # the agent died before tracing began: do not run untraced
+                    os._exit(127)
                 os.execvp(command[0], command)
             except OSError as exc:
                 print(f"slotscope: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
@@ -198,17 +200,20 @@ class Recorder:
         self.decoder.fds.scan_proc(registry, tgids or None)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
-        if proc is not None:
-            proc.release()
         self.clients = ClientNames()
-        self._say(f"recording to {opts.output} ({len(loaded.syscalls)} syscalls"
-                  f"{', ' + ', '.join(loaded.groups[1:]) if len(loaded.groups) > 1 else ''}"
-                  f"{', command pid %d' % proc.pid if proc else ''}); Ctrl-C to stop")
-
+        self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
         deadline = time.monotonic() + opts.duration if opts.duration else None
         exit_code = 0
         failure = None
         try:
+            # One drain before saying "recording": the first one pays pyarrow's and numpy's
+            # lazy start-up (seconds under emulation), which must not open a gap in the samples.
+            self._drain(loaded, writer)
+            if proc is not None:
+                proc.release()
+            self._say(f"recording to {opts.output} ({len(loaded.syscalls)} syscalls"
+                      f"{', ' + ', '.join(loaded.groups[1:]) if len(loaded.groups) > 1 else ''}"
+                      f"{', command pid %d' % proc.pid if proc else ''}); Ctrl-C to stop")
             while self.stop_reason is None:
                 self._drain(loaded, writer)
                 if proc is not None and proc.poll() is not None:
@@ -227,6 +232,9 @@ class Recorder:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
             loaded.close()
+            for name, rows in self.samplers.stop():
+                if failure is None:
+                    writer.append(name, rows)
             try:
                 if failure is None:
                     self._flush_identities(writer, final=True)
@@ -251,18 +259,34 @@ class Recorder:
                   f"{lost} lost, capture in {opts.output}")
         return exit_code
 
+    @staticmethod
+    def _start_samplers(probes: dict) -> dict:
+        """NIC counters and the kernel log: optional, each skipped with its reason."""
+        samplers = {}
+        for name, make in (("netdev", NetdevSampler), ("kmsg", KmsgReader)):
+            try:
+                samplers[name] = make()
+                probes["attached"][name] = True
+            except Exception as exc:  # no netlink, no /dev/kmsg: record without them
+                probes["skipped"][name] = f"{type(exc).__name__}: {exc}"
+        return samplers
+
     # ---- the drain ----
     def _drain(self, loaded, writer: CaptureWriter) -> None:
         batch = loaded.read_batch()
         self.events += sum(arr.size for arr in batch.values())
         if batch.get("rpc_ring") is not None and batch["rpc_ring"].size:
             writer.append("rpc", rpc_table(batch["rpc_ring"], self.clients, _monotonic_ns()))
+        if batch.get("slot_ring") is not None and batch["slot_ring"].size:
+            writer.append("slots", slots_table(batch["slot_ring"], self.clients))
         if batch.get("nfs_ring") is not None and batch["nfs_ring"].size:
             writer.append("nfs_io", nfs_table(batch["nfs_ring"]))
         table = self.decoder.feed(batch["sys_ring"], batch["path_ring"], batch["proc_ring"])
         if table is not None:
             writer.append("syscall", table)
             self.rows += table.num_rows
+        for name, rows in self.samplers.drain():
+            writer.append(name, rows)
         now = time.monotonic()
         if now - self._last_stats >= STATS_EVERY:
             self._flush_identities(writer)

@@ -7,27 +7,30 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, NFS_KINDS, RPC_EVENT
-from .tables import NFS_IO, RPC
+from .layouts import NFS_EVENT, NFS_KINDS, RPC_EVENT, SLOT_EVENT
+from .tables import NFS_IO, RPC, SLOTS
 
 DEBUGFS_CLIENTS = "/sys/kernel/debug/sunrpc/rpc_clnt"
 
 
 class ClientNames:
-    """client_id -> server address, from debugfs (which never asks the server)."""
+    """client_id -> server address, from debugfs: rpc_clnt/<id>/xprt links to the
+    transport, whose info names the peer. Reading it never asks the server."""
 
     def __init__(self):
         self._names: dict[int, str | None] = {}
 
     def _refresh(self) -> None:
-        for info in glob.glob(os.path.join(DEBUGFS_CLIENTS, "*", "info")):
+        for info in glob.glob(os.path.join(DEBUGFS_CLIENTS, "*", "xprt", "info")):
             try:
-                cid = int(os.path.basename(os.path.dirname(info)))
+                cid = int(info.split(os.sep)[-3])
                 with open(info) as f:
-                    fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+                    fields = {k.strip(): v.strip() for k, _, v in
+                              (line.partition(":") for line in f.read().splitlines())}
             except (OSError, ValueError):
                 continue
-            self._names[cid] = fields.get("RPC server", "").strip() or None
+            addr, port = fields.get("addr"), fields.get("port")
+            self._names[cid] = f"{addr}:{port}" if addr and port and port != "0" else addr
 
     def names(self, ids: np.ndarray) -> list[str | None]:
         uniq = set(np.unique(ids).tolist())
@@ -57,6 +60,12 @@ def rpc_table(ev: np.ndarray, clients: ClientNames, now_ns: int) -> pa.Table:
     }
     arrays = [cols[f.name] if f.name in cols else pa.array(derived[f.name], f.type) for f in RPC]
     return pa.Table.from_arrays(arrays, schema=RPC)
+
+
+def slots_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:
+    cols = SLOT_EVENT.to_arrow(ev)
+    cols["server"] = pa.array(clients.names(ev["client_id"]), pa.string())
+    return pa.Table.from_arrays([cols[f.name] for f in SLOTS], schema=SLOTS)
 
 
 def nfs_table(ev: np.ndarray) -> pa.Table:

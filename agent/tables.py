@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, RPC_EVENT, SYS_EVENT
+from .layouts import NFS_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT
 
 _sys = SYS_EVENT.arrow_type
 
@@ -54,7 +54,20 @@ RPC = pa.schema([(name, RPC_EVENT.arrow_type(name)) for name, _ in RPC_EVENT.fie
 NFS_IO = pa.schema([(name, NFS_EVENT.arrow_type(name)) for name, _ in NFS_EVENT.fields
                     if name not in ("_pad", "kind")] + [("kind", pa.string())])
 
+SLOTS = pa.schema([(name, SLOT_EVENT.arrow_type(name)) for name, _ in SLOT_EVENT.fields] +
+                  [("server", pa.string())])
+
+NETDEV = pa.schema([
+    ("ts", pa.int64()), ("iface", pa.string()), ("server", pa.string()), ("speed_bps", pa.int64()),
+    ("tx_bytes", pa.uint64()), ("rx_bytes", pa.uint64()), ("tx_packets", pa.uint64()), ("rx_packets", pa.uint64()),
+])
+
+KMSG = pa.schema([("ts", pa.int64()), ("level", pa.int8()), ("message", pa.string())])
+
 SCHEMAS: dict[str, tuple[pa.Schema, int]] = {
+    "slots": (SLOTS, 1),
+    "netdev": (NETDEV, 1),
+    "kmsg": (KMSG, 1),
     "rpc": (RPC, 1),
     "nfs_io": (NFS_IO, 1),
     "syscall": (SYSCALL, 1),

@@ -17,12 +17,6 @@
  * Where they are missing (inlined), the sleep sums still give the waits.
  */
 
-struct rpc_task_state {
-    struct rpc_event ev;
-    s64 sleep_start;
-    u8 sleep_class;   /* SLEEP_* of the queue the task sleeps on */
-};
-
 #define SLEEP_NONE 0
 #define SLEEP_BACKLOG 1
 #define SLEEP_SESSION 2
@@ -30,9 +24,58 @@ struct rpc_task_state {
 #define SLEEP_PENDING 4
 #define SLEEP_DELAY 5
 
+struct rpc_task_state {
+    struct rpc_event ev;
+    s64 sleep_start;
+    u8 sleep_class;   /* SLEEP_* of the queue the task sleeps on */
+    u8 has_slot;
+};
+
+/* Occupancy per client, as counters updated from every CPU. */
+struct client_slots {
+    s32 in_use;
+    s32 backlog;
+    s32 session_wait;
+    s32 sending;
+    s32 pending;
+};
+
+
 /* LRU: a task that ends without an accounting record must not pin an entry forever. */
 BPF_TABLE("lru_hash", u64, struct rpc_task_state, rpc_tasks, 65536);
 BPF_RINGBUF_OUTPUT(rpc_ring, RPC_RING_PAGES);
+BPF_HASH(client_slots, u32, struct client_slots, 4096);
+BPF_RINGBUF_OUTPUT(slot_ring, SLOT_RING_PAGES);
+
+/* Change one occupancy counter of a client and emit the client's new state. */
+static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
+{
+    struct client_slots zero = {};
+    struct client_slots *c = client_slots.lookup_or_try_init(&client_id, &zero);
+    if (!c)
+        return;
+    switch (what) {
+    case SLEEP_NONE: __sync_fetch_and_add(&c->in_use, delta); break;
+    case SLEEP_BACKLOG: __sync_fetch_and_add(&c->backlog, delta); break;
+    case SLEEP_SESSION: __sync_fetch_and_add(&c->session_wait, delta); break;
+    case SLEEP_SENDING: __sync_fetch_and_add(&c->sending, delta); break;
+    case SLEEP_PENDING: __sync_fetch_and_add(&c->pending, delta); break;
+    default: return;
+    }
+    struct slot_event *e = slot_ring.ringbuf_reserve(sizeof(struct slot_event));
+    if (!e) {
+        count_loss(LOSS_RPC_SLOT_RING_FULL);
+        return;
+    }
+    e->ts = bpf_ktime_get_ns();
+    e->client_id = client_id;
+    e->in_use = c->in_use;
+    e->backlog = c->backlog;
+    e->session_wait = c->session_wait;
+    e->sending = c->sending;
+    e->pending = c->pending;
+    slot_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
 
 static __always_inline u64 rpc_key(u32 client_id, u32 task_id)
 {
@@ -125,6 +168,8 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_sleep)
     TP_DATA_LOC_READ_CONST(q, q_name, sizeof(q));
     st->sleep_class = sleep_class(q);
     st->sleep_start = bpf_ktime_get_ns();
+    if (st->sleep_class >= SLEEP_BACKLOG && st->sleep_class <= SLEEP_PENDING)
+        slots_change(args->client_id, st->sleep_class, 1);
     return 0;
 }
 
@@ -141,6 +186,8 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_wakeup)
     case SLEEP_PENDING: st->ev.pending_sleep_ns += slept; break;
     case SLEEP_DELAY: st->ev.delay_sleep_ns += slept; break;
     }
+    if (st->sleep_class >= SLEEP_BACKLOG && st->sleep_class <= SLEEP_PENDING)
+        slots_change(args->client_id, st->sleep_class, -1);
     st->sleep_start = 0;
     return 0;
 }
@@ -152,6 +199,10 @@ TRACEPOINT_PROBE(sunrpc, xprt_reserve)
         return 0;
     st->ev.ts_reserved = bpf_ktime_get_ns();
     st->ev.xid = args->xid;
+    if (!st->has_slot) {
+        st->has_slot = 1;
+        slots_change(args->client_id, SLEEP_NONE, 1);
+    }
     return 0;
 }
 
@@ -222,6 +273,8 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
     } else {
         count_loss(LOSS_RPC_RING_FULL);
     }
+    if (st->has_slot)  /* the attempt is over: its slot is released */
+        slots_change(args->client_id, SLEEP_NONE, -1);
     rpc_tasks.delete(&key);
     return 0;
 }

@@ -99,6 +99,21 @@ def test_saturated_slot_table_shows_in_the_rpc_rows(saturated):
     assert pc.sum(writes["backlog_sleep_ns"]).as_py() > 0.4 * execute_ns
 
 
+def test_saturated_occupancy_reaches_the_limit(saturated):
+    """The slots table catches the peak: in-use slots equal the configured limit while
+    tasks queue for one; and the link toward the server is sampled meanwhile."""
+    from slotscope.analyzer.capture import Capture
+    cap = Capture.open(str(saturated / "capture"))
+    slots = cap.read("slots")
+    assert pc.max(slots["in_use"]).as_py() == 4
+    assert pc.max(slots["backlog"]).as_py() > 0
+    assert set(slots["server"].to_pylist()) == {"10.0.0.1:2049"}
+    net = cap.read("netdev")
+    assert net.num_rows >= 10 and set(net["server"].to_pylist()) == {"10.0.0.1"}
+    sent = pc.max(net["tx_bytes"]).as_py() - pc.min(net["tx_bytes"]).as_py()
+    assert sent >= 8 * 256 * 1024   # every rank's quarter MiB crossed the sampled link
+
+
 def test_unconstrained_large_writes_do_not_wait_for_slots(unconstrained):
     t = rpc_rows(unconstrained)
     w = per_proc(t)["WRITE"]

@@ -176,7 +176,21 @@ def snapshot(tag):
     namespace: read both from a process in the client's namespaces."""
     (OUT / f"mountstats.{tag}").write_text(sh(*CLI, "cat", "/proc/self/mountstats"))
     (OUT / f"nfsstat.{tag}").write_text(sh(*CLI, "nfsstat", "-c"))
+    (OUT / f"sunrpc.{tag}").write_text(sunrpc_state())
     return link_counters()
+
+
+def sunrpc_state():
+    """The kernel's own view of the RPC clients and transports (sysfs, debugfs), for reference."""
+    parts = []
+    for root in ("/sys/kernel/sunrpc", "/sys/kernel/debug/sunrpc"):
+        for path in sorted(Path(root).rglob("*")) if Path(root).is_dir() else ():
+            if path.is_file() and not path.is_symlink():
+                try:
+                    parts.append(f"== {path}\n{path.read_text(errors='replace')}")
+                except OSError as e:
+                    parts.append(f"== {path}: {e.strerror}")
+    return "\n".join(parts) + "\n"
 
 
 def exit_status(rc):

@@ -1,0 +1,168 @@
+"""Samplers the drain loop polls: NIC counters toward each NFS server, and the kernel log.
+
+Neither touches the NFS mount: a route lookup and link statistics come over
+netlink (pyroute2), the log from /dev/kmsg.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import re
+import threading
+import time
+
+import pyarrow as pa
+
+from .mounts import MountTable
+from .tables import KMSG, NETDEV
+
+# Kernel log lines worth keeping: NFS and RPC client and server messages, hung tasks.
+KMSG_PATTERN = re.compile(r"\bnfs|\brpc|\bsunrpc|lockd|not responding|hung_task|blocked for more than", re.I)
+
+
+def _monotonic_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def nfs_servers() -> list[str]:
+    servers = []
+    for m in MountTable.read().nfs_mounts():
+        addr = m.option("addr")
+        if addr and addr not in servers:
+            servers.append(addr)
+    return servers
+
+
+class NetdevSampler:
+    """Byte and packet counters of the interface each NFS server is routed through."""
+
+    EVERY = 0.2       # s between samples
+    REROUTE = 5.0     # s between route lookups (mounts come and go)
+
+    def __init__(self):
+        from pyroute2 import IPRoute  # netlink, no subprocess
+        self.ipr = IPRoute()
+        self.routes: dict[str, tuple[int, str, int | None]] = {}   # server -> (ifindex, name, speed)
+        self._last = self._routed = 0.0
+
+    def _reroute(self) -> None:
+        self.routes = {}
+        for server in nfs_servers():
+            try:
+                [route] = self.ipr.route("get", dst=server)[:1]
+                index = route.get_attr("RTA_OIF")
+                [link] = self.ipr.get_links(index)[:1]
+            except Exception:  # an unroutable server or a netlink error must not stop recording
+                continue
+            name = link.get_attr("IFLA_IFNAME")
+            self.routes[server] = (index, name, _speed_bps(name))
+
+    def sample(self) -> pa.Table | None:
+        now = time.monotonic()
+        if now - self._last < self.EVERY:
+            return None
+        self._last = now
+        if now - self._routed >= self.REROUTE:
+            self._routed = now
+            self._reroute()
+        rows = []
+        ts = _monotonic_ns()
+        for server, (index, name, speed) in self.routes.items():
+            try:
+                [link] = self.ipr.get_links(index)[:1]
+            except Exception:
+                continue
+            st = link.get_attr("IFLA_STATS64") or {}
+            rows.append({"ts": ts, "iface": name, "server": server, "speed_bps": speed,
+                         "tx_bytes": st.get("tx_bytes"), "rx_bytes": st.get("rx_bytes"),
+                         "tx_packets": st.get("tx_packets"), "rx_packets": st.get("rx_packets")})
+        return pa.Table.from_pylist(rows, schema=NETDEV) if rows else None
+
+    def close(self) -> None:
+        self.ipr.close()
+
+
+def _speed_bps(iface: str) -> int | None:
+    try:
+        with open(f"/sys/class/net/{iface}/speed") as f:
+            mbps = int(f.read().strip())
+    except (OSError, ValueError):
+        return None  # virtual links (veth, lo) have no speed
+    return mbps * 1_000_000 if mbps > 0 else None
+
+
+class KmsgReader:
+    """NFS/RPC lines of the kernel log from the moment recording starts. /dev/kmsg
+    stamps records with the kernel's local clock in µs, which is CLOCK_MONOTONIC
+    on machines that have not suspended."""
+
+    def __init__(self):
+        self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self.fd, 0, os.SEEK_END)
+
+    def read(self) -> pa.Table | None:
+        rows = []
+        while True:
+            try:
+                raw = os.read(self.fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:   # overwritten before we read it: skip on
+                    continue
+                raise
+            head, _, message = raw.decode("utf-8", "replace").partition(";")
+            message = message.split("\n", 1)[0]
+            fields = head.split(",")
+            if len(fields) < 3 or not KMSG_PATTERN.search(message):
+                continue
+            rows.append({"ts": int(fields[2]) * 1000, "level": int(fields[0]) & 7, "message": message})
+        return pa.Table.from_pylist(rows, schema=KMSG) if rows else None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class SamplerThread:
+    """Runs the samplers on their own clock, so a slow drain (a storm, or emulation)
+    leaves no gap in the link counters. Tables go to `out` for the drain thread, the
+    capture's only writer."""
+
+    def __init__(self, samplers: dict):
+        self.samplers = samplers
+        self.out: queue.Queue[tuple[str, pa.Table]] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="slotscope-samplers")
+        self._thread.start()
+
+    def _run(self) -> None:
+        next_kmsg = 0.0
+        while not self._stop.wait(NetdevSampler.EVERY):
+            try:
+                if "netdev" in self.samplers:
+                    rows = self.samplers["netdev"].sample()
+                    if rows is not None:
+                        self.out.put(("netdev", rows))
+                if "kmsg" in self.samplers and time.monotonic() >= next_kmsg:
+                    next_kmsg = time.monotonic() + 1.0
+                    rows = self.samplers["kmsg"].read()
+                    if rows is not None:
+                        self.out.put(("kmsg", rows))
+            except Exception:  # a sampler failing must not stop the recording
+                continue
+
+    def drain(self) -> list[tuple[str, pa.Table]]:
+        got = []
+        while True:
+            try:
+                got.append(self.out.get_nowait())
+            except queue.Empty:
+                return got
+
+    def stop(self) -> list[tuple[str, pa.Table]]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for sampler in self.samplers.values():
+            sampler.close()
+        return self.drain()
