@@ -118,3 +118,32 @@ def test_unconstrained_large_writes_do_not_wait_for_slots(unconstrained):
     t = rpc_rows(unconstrained)
     w = per_proc(t)["WRITE"]
     assert w["slot_wait_ns_sum"] < 0.2 * w["execute_us_sum"] * 1000
+
+
+@pytest.fixture(scope="module")
+def frozen(vm_image, tmp_path_factory):
+    # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
+    # timeo makes the client log "not responding" (and "OK") within the freeze.
+    return scenario(tmp_path_factory, "frozen", "--nfs-vers", "3", "--ranks", "2", "--write-size", "4096",
+                    "--mode", "osync", "--file-mb", "0.5", "--delay-ms", "10", "--timeo", "20",
+                    "--retrans", "1", "--server-freeze-at", "1", "--server-freeze-for", "25")
+
+
+def test_server_freeze(frozen):
+    """While the server is frozen the agent keeps recording (a row of its own stats every
+    second, no gap), RPCs age through the freeze with timeouts and retransmissions, the
+    kernel's 'not responding' and 'OK' lines are captured, and the agent stops within
+    seconds afterwards."""
+    from slotscope.analyzer.capture import Capture
+    cap = Capture.open(str(frozen / "capture"))
+    rpc = cap.read("rpc")
+    assert pc.max(rpc["execute_ns"]).as_py() > 15e9
+    assert pc.sum(rpc["timeouts"]).as_py() > 0 and pc.sum(rpc["retransmits"]).as_py() > 0
+    messages = cap.read("kmsg")["message"].to_pylist()
+    assert any("10.0.0.1 not responding" in m for m in messages)
+    assert any("10.0.0.1 OK" in m for m in messages)
+    ts = sorted(cap.read("agent")["ts"].to_pylist())
+    assert (ts[-1] - ts[0]) > 25e9
+    assert max(b - a for a, b in zip(ts, ts[1:])) < 3e9
+    guest = json.loads((frozen / "scenario.json").read_text())["guest_step_seconds"]
+    assert guest["agent_stop"] < 15   # under emulation; seconds, not the mount's timeouts

@@ -147,6 +147,9 @@ def mount_options(spec):
         opts.append(f"nconnect={spec['nconnect']}")
     if spec["wsize"]:
         opts.append(f"wsize={spec['wsize']}")
+    for name in ("timeo", "retrans"):
+        if spec.get(name):
+            opts.append(f"{name}={spec[name]}")
     return ",".join(opts)
 
 
