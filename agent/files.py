@@ -48,6 +48,39 @@ class FileFilter:
         return True
 
 
+STATX_INO = 0x100
+AT_STATX_DONT_SYNC = 0x4000
+AT_SYMLINK_NOFOLLOW = 0x100
+STATX_TIMEOUT = 0.2   # s; a path walk on a frozen NFS server can still block
+
+
+def _statx_ino(path: str) -> int | None:
+    """The inode from the client's cached attributes: statx(AT_STATX_DONT_SYNC, STATX_INO)
+    neither asks the NFS server nor flushes dirty pages (a plain stat() of a dirty NFS file does)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)
+    if libc.statx(AT_FDCWD, path.encode(), AT_STATX_DONT_SYNC | AT_SYMLINK_NOFOLLOW, STATX_INO, buf) != 0:
+        return None
+    return int.from_bytes(buf.raw[32:40], "little")   # struct statx: stx_ino at offset 32
+
+
+def _cached_ino(path: str, fstype: str | None) -> int | None:
+    """Local filesystems answer stat() at once; any other gets statx without sync, in a
+    thread we stop waiting for, so the drain never blocks on a server."""
+    if fstype in LOCAL_FS:
+        try:
+            return os.lstat(path).st_ino
+        except OSError:
+            return None
+    import threading
+    result = []
+    t = threading.Thread(target=lambda: result.append(_statx_ino(path)), daemon=True)
+    t.start()
+    t.join(STATX_TIMEOUT)
+    return result[0] if result else None
+
+
 def _fdinfo(tgid: int, fd: int) -> dict[str, str]:
     try:
         with open(f"/proc/{tgid}/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
@@ -158,17 +191,14 @@ class FileRegistry:
         ino = self._fd_ino(tgid, fd, info.path)
         if ino is not None:
             info.ino = ino
-        elif info.fstype in LOCAL_FS:
+        else:
             # Through the process's root; if it is gone, directly when it shared our mounts.
             same_ns = self._namespace(tgid) == os.readlink("/proc/self/ns/mnt")
             for path in (f"/proc/{tgid}/root{info.path}",) + ((info.path,) if same_ns else ()):
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if st.st_dev == info.dev:
-                    info.ino = st.st_ino
-                return
+                ino = _cached_ino(path, info.fstype)
+                if ino is not None:
+                    info.ino = ino
+                    return
 
     @staticmethod
     def _fd_ino(tgid: int, fd: int, path: str) -> int | None:

@@ -132,6 +132,11 @@ RPC_EVENT = Layout("rpc_event", (
     ("sending_sleep_ns", "u64"),   # asleep on xprt_sending (transport write lock, cwnd)
     ("pending_sleep_ns", "u64"),   # asleep on xprt_pending (waiting for the reply)
     ("delay_sleep_ns", "u64"),     # rpc_delay (e.g. after NFS4ERR_DELAY, EJUKEBOX)
+    ("fileid", "u64"),             # WRITE/COMMIT/READ: the file (nfs_initiate_* just before the task)
+    ("io_offset", "s64"),
+    ("io_count", "u32"),
+    ("io_stable", "u32"),
+    ("io_dev", "u32"),             # the kernel's dev_t (major << 20 | minor)
     ("task_id", "u32"),
     ("client_id", "u32"),
     ("xid", "u32"),

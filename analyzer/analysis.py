@@ -62,12 +62,15 @@ def render_text(result: dict) -> str:
     out += [f"problem: {p}" for p in result["problems"]]
     out.append("")
     out.append("per rank")
-    head = f"{'rank':>5} {'host':<12} {'pids':<14} {'comm':<15} {'written':>12} {'blocked ms':>11}  syscalls"
+    head = (f"{'rank':>5} {'host':<10} {'pids':<12} {'comm':<12} {'written':>11} {'WRITE rpcs':>10} "
+            f"{'slot wait ms':>12} {'blocked ms':>11}")
     out.append(head)
     for r in result["ranks"]:
-        pids = ",".join(map(str, r["pids"][:3])) + ("..." if len(r["pids"]) > 3 else "")
-        out.append(f"{'-' if r['rank'] is None else r['rank']:>5} {r['host'][:12]:<12} {pids:<14} "
-                   f"{(r['comm'] or '?')[:15]:<15} {_size(r['bytes_written']):>12} {_ms(r['blocked_ns']):>11}")
+        pids = ",".join(map(str, r["pids"][:2])) + ("..." if len(r["pids"]) > 2 else "")
+        rpcs = "-" if r["write_rpcs"] is None else f"{r['write_rpcs']:,}"
+        out.append(f"{'-' if r['rank'] is None else r['rank']:>5} {r['host'][:10]:<10} {pids:<12} "
+                   f"{(r['comm'] or '?')[:12]:<12} {_size(r['bytes_written']):>11} {rpcs:>10} "
+                   f"{_ms(r['slot_wait_ns']):>12} {_ms(r['blocked_ns']):>11}")
         for name, s in sorted(r["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"]):
             out.append(f"{'':>8}{name:<10} {s['count']:>8} calls  total {_ms(s['total_ns']):>9} ms"
                        f"  max {_ms(s['max_ns']):>8} ms")

@@ -8,6 +8,8 @@ import pyarrow.compute as pc
 
 from .capture import Capture, open_captures
 
+WRITE_SYSCALLS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+
 
 @dataclass
 class Job:

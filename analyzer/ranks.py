@@ -6,9 +6,9 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .job import Job
+from .attribution import attributed_rpcs
+from .job import WRITE_SYSCALLS, Job
 
-WRITE_SYSCALLS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 
 
 def with_identity(job: Job, sc: pa.Table) -> pa.Table:
@@ -53,4 +53,28 @@ def rank_table(job: Job) -> list[dict]:
         r["blocked_ns"] += row["latency_ns_sum"]
         if row["syscall"] in WRITE_SYSCALLS:
             r["bytes_written"] += row["bytes_sum"] or 0
+    _charge_rpcs(job, ranks)
     return sorted(ranks.values(), key=lambda r: (r["rank"] is None, r["rank"] or 0, r["host"], r["pids"]))
+
+
+def _charge_rpcs(job: Job, ranks: dict[tuple, dict]) -> None:
+    """WRITE RPCs and their slot wait, charged to the rank of the process they worked for
+    (directly, or by the file they wrote back: see attribution.py)."""
+    rpcs = attributed_rpcs(job)
+    if rpcs is None:
+        return
+    idents = job.identities()
+    rank_of = {}
+    if idents is not None:
+        rank_of = {(h, t): r for h, t, r in zip(idents["host"].to_pylist(), idents["tgid"].to_pylist(),
+                                                idents["rank"].to_pylist())}
+    for r in ranks.values():
+        r["write_rpcs"], r["slot_wait_ns"] = 0, 0
+    writes = rpcs.filter(pc.and_(pc.equal(rpcs["procname"], "WRITE"), pc.is_valid(rpcs["attributed_tgid"])))
+    for host, tgid, wait in zip(writes["host"].to_pylist(), writes["attributed_tgid"].to_pylist(),
+                                writes["slot_wait_ns"].to_pylist()):
+        rank = rank_of.get((host, tgid))
+        r = ranks.get((host, rank, None if rank is not None else tgid))
+        if r is not None:
+            r["write_rpcs"] += 1
+            r["slot_wait_ns"] += wait or 0

@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 
 from .analysis import analyze
 from .capture import Capture
-from .job import Job
-from .ranks import WRITE_SYSCALLS, with_identity
+from .job import WRITE_SYSCALLS, Job
+from .ranks import with_identity
 
 # The column that places a row in time; "ts" when not listed.
 TIME_COLUMN = {"syscall": "ts_exit"}

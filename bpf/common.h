@@ -9,3 +9,15 @@ static __always_inline void count_loss(int idx)
     if (v)
         (*v)++;
 }
+
+/* nfs_initiate_{write,commit,read} fire in the issuing thread just before it starts
+ * the RPC task (rpc_execute -> rpc_task_begin, same thread): the nfs group leaves the
+ * I/O here by thread id and the sunrpc group attaches it to the task. */
+struct pending_io {
+    u64 fileid;
+    s64 offset;
+    u32 count;
+    u32 stable;
+    u32 dev;
+};
+BPF_HASH(pending_io, u32, struct pending_io, 4096);

@@ -28,6 +28,15 @@ static __always_inline void nfs_submit(struct nfs_event *e)
     nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* The I/O this thread is about to start an RPC for (see common.h). */
+static __always_inline void nfs_pending(struct nfs_event *e)
+{
+    struct pending_io io = {.fileid = e->fileid, .offset = e->offset, .count = e->count,
+                            .stable = e->stable, .dev = e->dev};
+    u32 tid = e->tid;
+    pending_io.update(&tid, &io);
+}
+
 #define NFS_START(event, KIND)                                  \
     TRACEPOINT_PROBE(nfs, event)                                \
     {                                                           \
@@ -38,6 +47,7 @@ static __always_inline void nfs_submit(struct nfs_event *e)
         e->fileid = args->fileid;                               \
         e->offset = args->offset;                               \
         e->count = args->count;                                 \
+        nfs_pending(e);                                         \
         nfs_submit(e);                                          \
         return 0;                                               \
     }
@@ -57,6 +67,7 @@ TRACEPOINT_PROBE(nfs, nfs_initiate_write)
     e->offset = args->offset;
     e->count = args->count;
     e->stable = args->stable;
+    nfs_pending(e);
     nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
     return 0;
 }

@@ -99,6 +99,16 @@ static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_
     st.ev.owner_tid = id;
     st.ev.owner_tgid = id >> 32;
     st.ev.task_flags = flags;
+    u32 tid = id;
+    struct pending_io *io = pending_io.lookup(&tid);
+    if (io) {  /* the WRITE/COMMIT/READ this thread just initiated */
+        st.ev.fileid = io->fileid;
+        st.ev.io_offset = io->offset;
+        st.ev.io_count = io->count;
+        st.ev.io_stable = io->stable;
+        st.ev.io_dev = io->dev;
+        pending_io.delete(&tid);
+    }
     if (rpc_tasks.update(&key, &st)) {
         count_loss(LOSS_RPC_TASKS_FULL);
         return 0;

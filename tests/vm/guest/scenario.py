@@ -336,6 +336,8 @@ def main():
         install_project()
         load_modules()
         set_slots(spec)
+        if spec.get("dirty_background_bytes"):
+            Path("/proc/sys/vm/dirty_background_bytes").write_text(str(spec["dirty_background_bytes"]))
         make_link(spec)
         start_server(spec)
         result["mount_options"] = mount(spec)

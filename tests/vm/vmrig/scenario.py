@@ -52,6 +52,9 @@ def parser():
     ap.add_argument("--timeo", type=int, help="mount option timeo in tenths of a second (with --retrans: how "
                                               "soon 'server not responding' is logged)")
     ap.add_argument("--retrans", type=int, help="mount option retrans")
+    ap.add_argument("--dirty-background-bytes", type=int,
+                    help="vm.dirty_background_bytes in the VM: small values make the flusher (a kworker) "
+                         "write buffered data back while the ranks still write")
     ap.add_argument("--slots", type=int, help="slot limit: sunrpc TCP slot table for NFSv3, "
                     "nfs.max_session_slots for NFSv4.1+ (default: kernel defaults)")
     ap.add_argument("--delay-ms", type=float, default=0, help="netem delay added in EACH direction")
@@ -97,6 +100,7 @@ def spec_of(a):
     return {
         "nfs_vers": a.nfs_vers, "nconnect": a.nconnect, "wsize": a.wsize,
         "timeo": a.timeo, "retrans": a.retrans, "slots": a.slots,
+        "dirty_background_bytes": a.dirty_background_bytes,
         "delay_ms": a.delay_ms, "rate_mbit": a.rate_mbit, "loss_pct": a.loss_pct,
         "ranks": a.ranks, "write_size": a.write_size, "mode": a.mode, "file_mb": a.file_mb,
         "files_per_rank": a.files_per_rank,
