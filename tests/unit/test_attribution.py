@@ -1,0 +1,67 @@
+"""Which rank each RPC worked for: direct (its owner wrote), by inode (background
+writeback charged to the file's last writer), or unknown."""
+import os
+
+import pyarrow as pa
+import pytest
+from unit_helpers import meta, proc, procs_table, sc, syscall_table
+
+from slotscope.agent.capture_writer import CaptureWriter
+from slotscope.agent.tables import RPC, SCHEMAS
+from slotscope.analyzer.analysis import analyze
+from slotscope.analyzer.attribution import attributed_rpcs, user_dev
+from slotscope.analyzer.job import Job
+
+pytestmark = pytest.mark.unit
+
+KDEV_NFS = (0 << 20) | 30          # the kernel's dev_t of an NFS mount, 0:30
+DEV_NFS = os.makedev(0, 30)
+
+
+@pytest.mark.parametrize("major,minor", [(0, 30), (8, 1), (259, 3), (0, 300), (4095, 1 << 19)])
+def test_user_dev_matches_makedev(major, minor):
+    assert user_dev(pa.array([(major << 20) | minor], pa.uint64()))[0].as_py() == os.makedev(major, minor)
+
+
+def rpc(owner, fileid, t, count=4096, slot_wait=1000, procname="WRITE"):
+    row = {f.name: 0 for f in RPC if pa.types.is_integer(f.type)}
+    row.update(ts_begin=t, owner_tgid=owner, fileid=fileid, io_dev=KDEV_NFS, io_count=count, complete=1,
+               attempts=1, slot_wait_ns=slot_wait, procname=procname, progname="nfs", server="10.0.0.1:2049")
+    return row
+
+
+def write(tgid, ino, t, nbytes=4096):
+    row = sc(tgid, "write", nbytes=nbytes)
+    row.update(ts_enter=t, ts_exit=t + 10, dev=DEV_NFS, ino=ino, fstype="nfs", path=f"/mnt/nfs/f{ino}")
+    return row
+
+
+@pytest.fixture
+def job(tmp_path):
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta("node-a"))
+    # rank 0 (pid 100) writes file 7 then file 9 later; rank 1 (pid 200) writes file 8
+    w.append("syscall", syscall_table([write(100, 7, 1_000), write(200, 8, 1_100), write(100, 9, 5_000)]))
+    w.append("procs", procs_table([proc(100, rank=0), proc(200, rank=1), proc(55, comm="kworker/u4:1")]))
+    w.append("rpc", pa.Table.from_pylist([
+        rpc(100, 7, 2_000, slot_wait=300),       # O_SYNC write in rank 0's own context: direct
+        rpc(55, 8, 2_000, slot_wait=500),        # kworker writes back file 8: rank 1 by inode
+        rpc(55, 9, 4_000),                       # file 9 before anyone wrote it: unknown
+        rpc(55, 9, 6_000, slot_wait=700),        # ... and after rank 0 wrote it: rank 0
+        rpc(55, 0, 6_000, procname="GETATTR"),   # not an I/O RPC: no file
+    ], schema=RPC))
+    w.close()
+    return Job.open([path])
+
+
+def test_each_rpc_says_how_it_was_attributed(job):
+    t = attributed_rpcs(job).to_pylist()
+    assert [(r["attributed_tgid"], r["attribution"]) for r in t] == [
+        (100, "direct"), (200, "inode"), (None, "unknown"), (100, "inode"), (None, "unknown")]
+
+
+def test_ranks_are_charged_their_write_rpcs_and_slot_wait(job):
+    ranks = {r["rank"]: r for r in analyze(job, "0")["ranks"]}
+    assert (ranks[0]["write_rpcs"], ranks[0]["slot_wait_ns"]) == (2, 1000)
+    assert (ranks[1]["write_rpcs"], ranks[1]["slot_wait_ns"]) == (1, 500)
