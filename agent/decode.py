@@ -49,7 +49,6 @@ class Decoder:
                 self.registry.cwd[tid] = self.registry.cwd[tgid]
         elif kind == PROC_EXEC:
             self.fds.close_fds(tgid, ts, only_cloexec=True)
-            self.identities.exec_(tgid, ts)
         elif kind == PROC_EXIT:
             self._exits.append(tid)
 
@@ -149,6 +148,10 @@ class Decoder:
             self.fds.drop_process(tgid)
             self.registry.forget(tgid)
         self._exits = []
+        # Identity reads first, before the decoding below: a short-lived rank process
+        # must still be alive (with its environment) when a worker reads /proc.
+        for ev in procs[procs["kind"] == PROC_EXEC].tolist() if procs.size else ():
+            self.identities.exec_(ev[3], ev[0])
         self._take_paths(paths)
         if sys.size == 0:
             self._structural(sys, np.empty(0, np.int64), procs, None, [])

@@ -168,6 +168,7 @@ class IdentityReader:
         self.results: queue.Queue[Identity] = queue.Queue()
         self._pending: dict[int, _Job] = {}
         self._started: dict[int, float] = {}
+        self._abandoned: dict[int, float] = {}   # given up on by the watchdog, maybe only slow
         self.stuck = 0
         self._lock = threading.Lock()
         for _ in range(self.WORKERS):
@@ -186,13 +187,14 @@ class IdentityReader:
             job.result = read_identity(job.tgid, job.now_ns)
             with self._lock:
                 self._started.pop(job.tgid, None)
+                self._abandoned.pop(job.tgid, None)
                 self._pending.pop(job.tgid, None)
             self.results.put(job.result)
 
     def request(self, tgid: int, now_ns: int) -> None:
+        # No de-duplication here: after an exec the same tgid must be read again even
+        # while a read from before the exec is still in flight (Identities drops that one).
         with self._lock:
-            if tgid in self._pending:
-                return
             job = self._pending[tgid] = _Job(tgid, now_ns)
         self._jobs.put(job)
 
@@ -202,13 +204,18 @@ class IdentityReader:
         with self._lock:
             hung = [t for t, since in self._started.items() if now - since > READ_TIMEOUT]
             for tgid in hung:
-                del self._started[tgid]
+                self._abandoned[tgid] = self._started.pop(tgid)
                 self._pending.pop(tgid, None)
         for tgid in hung:
             self.results.put(Identity(tgid, None, "", "", "", {}, now_ns, complete=False))
             if self.stuck < self.MAX_STUCK:
                 self.stuck += 1
                 self._spawn()
+
+    def in_flight(self) -> bool:
+        """Reads queued or running, including ones the watchdog gave up on (they may still finish)."""
+        with self._lock:
+            return bool(self._started or self._abandoned) or not self._jobs.empty()
 
     def stop(self) -> None:
         for _ in range(self.WORKERS + self.stuck):
@@ -231,6 +238,7 @@ class Identities:
         self._pending: set[int] = set()
         self._wanted: set[int] = set()
         self._emitted: set[int] = set()
+        self._exec_ts: dict[int, int] = {}   # tgid -> its last exec: reads requested before are stale
 
     def note_fork(self, parent: int, child: int) -> None:
         self.parent[child] = parent
@@ -250,10 +258,11 @@ class Identities:
         self.known.pop(tgid, None)
         self._emitted.discard(tgid)
         self._pending.discard(tgid)
+        self._exec_ts[tgid] = now_ns
         self.observe(tgid, now_ns)
 
     def busy(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or self.reader.in_flight()
 
     def collect(self, now_ns: int) -> list[Identity]:
         self.reader.watchdog(now_ns)
@@ -262,7 +271,14 @@ class Identities:
                 ident = self.reader.results.get_nowait()
             except queue.Empty:
                 break
+            if ident.first_seen < self._exec_ts.get(ident.tgid, ident.first_seen):
+                continue  # read before the process exec'd: its old command line and environment
             self._pending.discard(ident.tgid)
+            stale = self.known.get(ident.tgid)
+            if ident.complete and stale is not None and not stale.complete:
+                # The watchdog gave up on this read (a busy machine, not a D state), then it
+                # finished: the better identity replaces the row written meanwhile.
+                self._emitted.discard(ident.tgid)
             if ident.ppid is None:
                 ident.ppid = self.parent.get(ident.tgid)
             parent = self.known.get(ident.ppid or 0)

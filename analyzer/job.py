@@ -32,11 +32,14 @@ class Job:
         return pa.concat_tables(parts, promote_options="permissive")
 
     def identities(self) -> pa.Table | None:
-        """The last identity of each (host, tgid): exec can change a process's command line."""
+        """The best identity of each (host, tgid): complete before incomplete, then the last
+        (exec can change a process's command line)."""
         procs = self.table("procs")
         if procs is None:
             return None
-        procs = procs.sort_by([("host", "ascending"), ("tgid", "ascending"), ("ts", "ascending")])
+        # A complete identity beats an incomplete one (a /proc read that timed out), then later wins.
+        procs = procs.sort_by([("host", "ascending"), ("tgid", "ascending"), ("complete", "ascending"),
+                               ("ts", "ascending")])
         host, tgid = procs["host"], procs["tgid"]
         n = procs.num_rows
         if n == 0:

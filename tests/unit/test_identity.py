@@ -88,6 +88,9 @@ class FakeReader:
     def watchdog(self, now_ns: int) -> None:
         pass
 
+    def in_flight(self) -> bool:
+        return False
+
     def stop(self) -> None:
         self.stopped = True
 
@@ -211,7 +214,10 @@ def test_exec_reads_the_process_again(ids, reader):
     assert first.comm == "bash"
     ids.exec_(100, 3)
     assert reader.requests == [100, 100]
-    reader.arrive(100, 1, {"RANK": "0"}, comm="python")
+    # a read requested before the exec that finishes after it is stale: dropped
+    reader.arrive(100, 1, {"RANK": "0"}, comm="bash", first_seen=2)
+    assert ids.collect(4) == []
+    reader.arrive(100, 1, {"RANK": "0"}, comm="python", first_seen=3)
     [again] = ids.collect(4)
     assert again.comm == "python"
 
@@ -258,3 +264,15 @@ def test_hung_read_is_abandoned_and_reported_incomplete(monkeypatch):
     finally:
         release.set()
         reader.stop()
+
+
+def test_a_read_that_finishes_after_the_watchdog_replaces_its_row(ids, reader):
+    """A read the watchdog gave up on (a busy machine, not a D state) that then finishes:
+    its complete identity is emitted again, so the rank is not lost."""
+    ids.want(30, 0)
+    reader.results.put(Identity(30, None, "", "", "", {}, 0, complete=False))   # the watchdog's verdict
+    first = ids.collect(0)
+    assert [(i.tgid, i.rank) for i in first] == [(30, None)]
+    reader.results.put(Identity(30, 1, "python", "train.py", "", {"RANK": "5"}, 0))  # the read, late
+    again = ids.collect(0)
+    assert [(i.tgid, i.rank, i.complete) for i in again] == [(30, 5, True)]
