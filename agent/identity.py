@@ -11,7 +11,7 @@ import queue
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # The rank variables of torchrun/torchelastic, Slurm, Open MPI and PMI/PMIx (DESIGN.md).
 RANK_VARS = (
@@ -152,7 +152,6 @@ def read_identity(tgid: int, now_ns: int) -> Identity:
 class _Job:
     tgid: int
     now_ns: int
-    done: threading.Event = field(default_factory=threading.Event)
     result: Identity | None = None
 
 
