@@ -6,7 +6,8 @@
 
 BPF_RINGBUF_OUTPUT(nfs_ring, NFS_RING_PAGES);
 
-static __always_inline struct nfs_event *nfs_reserve(u32 kind)
+/* Every record names its file: dev, fileid, offset; the callers add the rest. */
+static __always_inline struct nfs_event *nfs_reserve(u32 kind, u32 dev, u64 fileid, s64 offset)
 {
     struct nfs_event *e = nfs_ring.ringbuf_reserve(sizeof(struct nfs_event));
     if (!e) {
@@ -19,6 +20,9 @@ static __always_inline struct nfs_event *nfs_reserve(u32 kind)
     e->tid = id;
     e->tgid = id >> 32;
     e->kind = kind;
+    e->dev = dev;
+    e->fileid = fileid;
+    e->offset = offset;
     return e;
 }
 
@@ -40,12 +44,9 @@ static __always_inline void nfs_pending(struct nfs_event *e)
 #define NFS_START(event, KIND)                                  \
     TRACEPOINT_PROBE(nfs, event)                                \
     {                                                           \
-        struct nfs_event *e = nfs_reserve(KIND);                \
+        struct nfs_event *e = nfs_reserve(KIND, args->dev, args->fileid, args->offset); \
         if (!e)                                                 \
             return 0;                                           \
-        e->dev = args->dev;                                     \
-        e->fileid = args->fileid;                               \
-        e->offset = args->offset;                               \
         e->count = args->count;                                 \
         nfs_pending(e);                                         \
         nfs_submit(e);                                          \
@@ -59,64 +60,52 @@ NFS_START(nfs_initiate_read, NFS_READ_START)
 
 TRACEPOINT_PROBE(nfs, nfs_initiate_write)
 {
-    struct nfs_event *e = nfs_reserve(NFS_WRITE_START);
+    struct nfs_event *e = nfs_reserve(NFS_WRITE_START, args->dev, args->fileid, args->offset);
     if (!e)
         return 0;
-    e->dev = args->dev;
-    e->fileid = args->fileid;
-    e->offset = args->offset;
     e->count = args->count;
     e->stable = args->stable;
     nfs_pending(e);
-    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    nfs_submit(e);
     return 0;
 }
 
 TRACEPOINT_PROBE(nfs, nfs_writeback_done)
 {
-    struct nfs_event *e = nfs_reserve(NFS_WRITE_DONE);
+    struct nfs_event *e = nfs_reserve(NFS_WRITE_DONE, args->dev, args->fileid, args->offset);
     if (!e)
         return 0;
-    e->dev = args->dev;
-    e->fileid = args->fileid;
-    e->offset = args->offset;
     e->count = args->arg_count;
     e->res_count = args->res_count;
     e->status = args->error;
     e->stable = args->stable;
     __builtin_memcpy(&e->verifier, args->verifier, 8);
-    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    nfs_submit(e);
     return 0;
 }
 
 TRACEPOINT_PROBE(nfs, nfs_commit_done)
 {
-    struct nfs_event *e = nfs_reserve(NFS_COMMIT_DONE);
+    struct nfs_event *e = nfs_reserve(NFS_COMMIT_DONE, args->dev, args->fileid, args->offset);
     if (!e)
         return 0;
-    e->dev = args->dev;
-    e->fileid = args->fileid;
-    e->offset = args->offset;
     e->status = args->error;
     e->stable = args->stable;
     __builtin_memcpy(&e->verifier, args->verifier, 8);
-    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    nfs_submit(e);
     return 0;
 }
 
 #ifdef HAVE_nfs_readpage_done
 TRACEPOINT_PROBE(nfs, nfs_readpage_done)
 {
-    struct nfs_event *e = nfs_reserve(NFS_READ_DONE);
+    struct nfs_event *e = nfs_reserve(NFS_READ_DONE, args->dev, args->fileid, args->offset);
     if (!e)
         return 0;
-    e->dev = args->dev;
-    e->fileid = args->fileid;
-    e->offset = args->offset;
     e->count = args->arg_count;
     e->res_count = args->res_count;
     e->status = args->error;
-    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    nfs_submit(e);
     return 0;
 }
 #endif
