@@ -40,24 +40,55 @@ def _open_job(paths):
 
 
 def _analyze(args) -> int:
-    from slotscope.analyzer.analysis import analyze, render_text
+    from slotscope.analyzer.analysis import analyze
     from slotscope.analyzer.capture import CaptureError
+    from slotscope.analyzer.job import Job, between, parse_when
+    from slotscope.analyzer.kernel_log import KernelLogError, read_kernel_log
+    from slotscope.analyzer.report_text import render_text
+    from slotscope.analyzer.thresholds import Thresholds
 
     from .meta import slotscope_version
 
-    job = _open_job(args.captures)
+    if args.thresholds:
+        for name, default, doc in Thresholds.described():
+            print(f"{name:<26} {default:<8g} {doc}")
+        return 0
+    if not args.captures and not args.kernel_log:
+        print("slotscope: analyze needs a CAPTURE or --kernel-log FILE", file=sys.stderr)
+        return 2
+    job = _open_job(args.captures) if args.captures else Job([])
     if job is None:
         return 1
     try:
-        result = analyze(job, slotscope_version())
+        thresholds = Thresholds().override(args.threshold)
+        since = parse_when(args.since, job) if args.since else None
+        until = parse_when(args.until, job) if args.until else None
+        logs = [read_kernel_log(path) for path in args.kernel_log]
+    except (ValueError, KernelLogError) as exc:
+        print(f"slotscope: {exc}", file=sys.stderr)
+        return 1
+    if since is not None or until is not None:
+        job = between(job, since, until)
+    try:
+        import pyarrow as pa
+        log = pa.concat_tables(logs) if logs else None
+        result = analyze(job, slotscope_version(), thresholds, log, args.rank or None)
+        if args.html:
+            from slotscope.analyzer.report_html import write_html
+            write_html(job, result, args.html)
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"slotscope: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
         return 1
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
     else:
         print(render_text(result))
+        if args.html:
+            print(f"\nreport written to {args.html}")
     return 0
 
 
@@ -87,6 +118,24 @@ def _dump(args) -> int:
     else:
         for row in table.to_pylist():
             sys.stdout.write(json.dumps(row, default=str) + "\n")
+    return 0
+
+
+def _export(args) -> int:
+    from slotscope.analyzer.capture import CaptureError
+    from slotscope.analyzer.export import ExportError, export_parquet
+
+    try:
+        done = export_parquet(args.captures, args.parquet, force=args.force)
+    except (CaptureError, ExportError) as exc:
+        print(f"slotscope export: {exc}", file=sys.stderr)
+        return 1
+    for p in done["problems"]:
+        print(f"slotscope export: {p}", file=sys.stderr)
+    hosts = sorted({h for per_host in done["tables"].values() for h in per_host})
+    print(f"wrote {args.parquet}: {len(args.captures)} capture(s) from {len(hosts)} host(s) ({', '.join(hosts)})")
+    for table, per_host in sorted(done["tables"].items()):
+        print(f"  {table:<10} {sum(per_host.values()):>10} rows")
     return 0
 
 
@@ -131,8 +180,17 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_record)
 
     a = sub.add_parser("analyze", help="name the cause of a stall from captures")
-    a.add_argument("captures", nargs="+", metavar="CAPTURE")
+    a.add_argument("captures", nargs="*", metavar="CAPTURE", help="captures of one job (one per node)")
     a.add_argument("--json", action="store_true", help="machine output (DESIGN.md's JSON contract)")
+    a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
+    a.add_argument("--since", metavar="T", help="only from T: seconds since the capture started, or ISO 8601 UTC")
+    a.add_argument("--until", metavar="T", help="only until T (same forms as --since)")
+    a.add_argument("--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)")
+    a.add_argument("--kernel-log", action="append", default=[], metavar="FILE",
+                   help="also read a kernel log (dmesg or journalctl -k output; also without a capture)")
+    a.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a finding's threshold (see --thresholds)")
+    a.add_argument("--thresholds", action="store_true", help="list the thresholds and what they mean")
     a.set_defaults(func=_analyze)
 
     du = sub.add_parser("dump", help="print one table of a capture")
@@ -140,6 +198,14 @@ def parser() -> argparse.ArgumentParser:
     du.add_argument("--table", "-t", required=True)
     du.add_argument("-O", "--format", choices=("csv", "json"), default="csv")
     du.set_defaults(func=_dump)
+
+    ex = sub.add_parser("export", help="write captures as a Parquet dataset for DuckDB, Spark or Trino",
+                        description="Write captures (one per host) as hive-partitioned Parquet: "
+                                    "DIR/<table>/host=<host>/part-<capture>.parquet, plus DIR/captures.")
+    ex.add_argument("captures", nargs="+", metavar="CAPTURE")
+    ex.add_argument("--parquet", required=True, metavar="DIR", help="output directory (new or empty)")
+    ex.add_argument("--force", action="store_true", help="write into a non-empty DIR")
+    ex.set_defaults(func=_export)
 
     t = sub.add_parser("top", help="watch a capture live, or replay a finished one, in a terminal UI")
     t.add_argument("captures", nargs="+", metavar="CAPTURE")

@@ -13,7 +13,8 @@ import sys
 import tempfile
 from importlib import resources
 
-from slotscope.analyzer.analysis import analyze, render_text
+from slotscope.analyzer.analysis import analyze
+from slotscope.analyzer.report_text import render_text
 from slotscope.analyzer.job import Job
 
 from .meta import slotscope_version

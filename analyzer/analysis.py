@@ -1,79 +1,151 @@
-"""The analysis of a job, as the JSON contract of DESIGN.md, and its terminal rendering."""
+"""The analysis of a job, as the JSON contract of DESIGN.md: findings, verdict, checklist,
+per-rank and per-transport tables, the latency split per procedure."""
 from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from slotscope.analyzer.capture import FORMAT_MAJOR
 
-from .job import Job
+from .attribution import attributed_rpcs
+from .findings import Context, find, verdict
+from .job import Job, WindowView, iso_utc
+from .kernel_log import fingerprints
 from .ranks import rank_table
+from .rpcs import by_proc
+from .thresholds import Thresholds
+from .transports import transport_table
+
+UTC_COLUMNS = ("ts_begin", "ts_end", "ts_first_tx")
 
 
-def _utc(meta: dict, key: str) -> str | None:
-    from datetime import datetime, timezone
-    pair = meta.get(key)
-    if not pair:
+def rpc_rows(job: Job) -> pa.Table | None:
+    """attributed_rpcs() with UTC copies of the times the findings compare across hosts."""
+    rpc = attributed_rpcs(job)
+    if rpc is None:
         return None
-    return datetime.fromtimestamp(pair["realtime_ns"] / 1e9, timezone.utc).isoformat()
+    for col in UTC_COLUMNS:
+        rpc = rpc.append_column(f"{col}_utc", job.to_utc(rpc["host"], rpc[col]))
+    return rpc
 
 
-def analyze(job: Job, version: str) -> dict:
-    # No finding is computed yet, so no verdict: null, never a "healthy" nobody checked.
-    notes = ["not assessed: this version attributes syscalls and RPCs per rank; the findings "
-             "(slot saturation, server not responding, ...) and the verdict are not computed yet"]
-    if all(c.read("rpc") is None for c in job.captures):
-        notes.append("no RPC rows in these captures: RPC, slot-table and server findings need the "
-                     "sunrpc/NFS probes (a kernel with NFS); only syscalls were analysed")
-    return {
+def log_events(job: Job, kernel_log: pa.Table | None) -> pa.Table | None:
+    """Fingerprints of the captures' kmsg rows and of a kernel log given by the user, with UTC
+    times: kmsg stamps are the host's monotonic clock; a log's own host decides its clock."""
+    parts = []
+    kmsg = job.table("kmsg")
+    if kmsg is not None:
+        fp = fingerprints(kmsg)
+        parts.append(fp.set_column(fp.schema.get_field_index("ts_utc_ns"), "ts_utc_ns",
+                                   job.to_utc(fp["host"], fp["ts_mono_ns"])))
+    if kernel_log is not None:
+        fp = fingerprints(kernel_log)
+        hosts = {c.meta.get("host", "?") for c in job.captures}
+        # A plain dmesg has monotonic stamps only: they are on a capture's clock when the log
+        # names that capture's host, or when there is exactly one capture.
+        mono = pc.and_(pc.is_null(fp["ts_utc_ns"]), pc.is_valid(fp["ts_mono_ns"]))
+        if len(hosts) == 1 and pc.any(mono).as_py():
+            host = pc.fill_null(fp["host"], next(iter(hosts)))
+            fp = fp.set_column(fp.schema.get_field_index("host"), "host", host)
+        if pc.any(mono).as_py():
+            known = pc.is_in(fp["host"], pa.array(sorted(hosts)))
+            guess = job.to_utc(pc.fill_null(fp["host"], "?"), pc.fill_null(fp["ts_mono_ns"], 0))
+            fp = fp.set_column(fp.schema.get_field_index("ts_utc_ns"), "ts_utc_ns",
+                               pc.if_else(pc.and_(mono, pc.fill_null(known, False)), guess, fp["ts_utc_ns"]))
+        parts.append(fp)
+    if not parts:
+        return None
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def save_window(ranks: list[dict], rpc: pa.Table | None) -> tuple[int, int] | None:
+    """The save, in UTC ns: from the first writer's first call to the last one's return, or to
+    the end of the last WRITE/COMMIT when writeback outlives the calls."""
+    wrote = [r for r in ranks if r["bytes_written"]] or ranks
+    bounds = [(r["save_start_ns"], r["save_end_ns"]) for r in wrote]
+    if rpc is not None:
+        io = rpc.filter(pc.and_(pc.is_in(rpc["procname"], pa.array(["WRITE", "COMMIT"])),
+                                pc.equal(rpc["complete"], 1)))
+        if io.num_rows:
+            first, last = pc.min(io["ts_begin_utc"]).as_py(), pc.max(io["ts_end_utc"]).as_py()
+            bounds.append((bounds[0][0] if bounds else first, last))
+    if not bounds:
+        return None
+    return min(b[0] for b in bounds), max(b[1] for b in bounds)
+
+
+def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
+    """The questions of the failure write-ups, answered with this capture's numbers."""
+    out = []
+    for t in result["transports"]:
+        limit = t["max_slots"] if not t["session_slots"] else min(t["max_slots"] or 1 << 30, t["session_slots"])
+        full = t["saturated_fraction"]
+        out.append({"question": f"slot table saturated ({t['server']})",
+                    "answer": None if full is None else ("yes" if full >= 0.05 else "no"),
+                    "value": f"peak {t['peak_in_use']} in use of {limit or '?'}, "
+                             f"full {100 * (full or 0):.0f}% of the save, up to {t['backlog_peak']} waiting"})
+        link = t["link"]
+        if link:
+            util = link["mean_util"]
+            speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "unknown"
+            out.append({"question": f"link utilisation during the save ({link['iface']})",
+                        "answer": None if util is None else f"{100 * util:.1f}%",
+                        "value": f"mean {link['mean_tx_bps'] / 1e6:.1f} Mb/s out, peak {link['peak_bps'] / 1e6:.1f} "
+                                 f"Mb/s, capacity {speed}"})
+    if window:
+        secs = (window[1] - window[0]) / 1e9
+        durations = sorted(r["save_s"] for r in result["ranks"] if r["bytes_written"])
+        out.append({"question": "checkpoint write duration", "answer": f"{secs:.1f} s",
+                    "value": (f"ranks {durations[0]:.1f}-{durations[-1]:.1f} s, median "
+                              f"{durations[len(durations) // 2]:.1f} s") if durations else "no writes traced"})
+    out.append({"question": "does it come back in a clean rerun", "answer": None,
+                "value": "one capture cannot tell: record the rerun and analyse it the same way"})
+    return out
+
+
+def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
+            kernel_log: pa.Table | None = None, ranks_only: list[int] | None = None) -> dict:
+    th = thresholds or Thresholds()
+    ranks = rank_table(job)
+    rpc = rpc_rows(job)
+    window = save_window(ranks, rpc)
+    transports = transport_table(job, window)
+    ctx = Context(job, th, ranks, transports, rpc, window, log_events(job, kernel_log))
+    findings = find(ctx)
+    notes = []
+    nothing = not ranks and rpc is None and ctx.log is None
+    if nothing:
+        notes.append("nothing to assess: no traced syscalls, RPCs or kernel log lines"
+                     + (" in the window" if isinstance(job.captures[0], WindowView) else "") if job.captures
+                     else "nothing to assess")
+    elif rpc is None and job.captures:
+        notes.append("no RPC rows: slot-table, server and WRITE findings need the sunrpc/NFS probes "
+                     "(a kernel with NFS); syscalls and kernel logs were analysed")
+    if ranks_only is not None:
+        wanted = set(ranks_only)
+        ranks = [r for r in ranks if r["rank"] in wanted]
+        findings = [f for f in findings if not f.ranks or wanted & set(f.ranks)]
+    result = {
         "slotscope_version": version,
         "schema": FORMAT_MAJOR,
         "captures": [{
             "path": c.path, "host": c.meta.get("host"), "kernel": c.meta.get("kernel"),
-            "start": _utc(c.meta, "start"), "end": _utc(c.meta, "stop"),
+            "start": iso_utc((c.meta.get("start") or {}).get("realtime_ns")),
+            "end": iso_utc((c.meta.get("stop") or {}).get("realtime_ns")),
             "lost_events": job.lost_events(c),
         } for c in job.captures],
-        "verdict": None,
-        "findings": [],
-        "ranks": rank_table(job),
-        "transports": [],
-        "rpc": {"by_proc": {}},
+        "verdict": None if nothing else verdict(findings),
+        "findings": [f.as_json() for f in findings],
+        "window": window and {"start": iso_utc(window[0]), "end": iso_utc(window[1]),
+                              "seconds": (window[1] - window[0]) / 1e9},
+        "ranks": ranks,
+        "transports": [{k: v for k, v in t.items() if not k.startswith("_")} | {
+            "link": t["link"] and {k: v for k, v in t["link"].items() if not k.startswith("_")}}
+            for t in transports],
+        "rpc": {"by_proc": by_proc(rpc)},
+        "thresholds": th.as_dict(),
         "notes": notes,
         "problems": job.problems(),
     }
-
-
-def _ms(ns: int | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f}"
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def render_text(result: dict) -> str:
-    out = [f"verdict: {result['verdict'] or 'not assessed'}"]
-    for cap in result["captures"]:
-        out.append(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
-                   f"{cap['start'] or '?'} .. {cap['end'] or 'still recording'}, "
-                   f"{cap['lost_events']} events lost")
-    out += [f"note: {n}" for n in result["notes"]]
-    out += [f"problem: {p}" for p in result["problems"]]
-    out.append("")
-    out.append("per rank")
-    head = (f"{'rank':>5} {'host':<10} {'pids':<12} {'comm':<12} {'written':>11} {'WRITE rpcs':>10} "
-            f"{'slot wait ms':>12} {'blocked ms':>11}")
-    out.append(head)
-    for r in result["ranks"]:
-        pids = ",".join(map(str, r["pids"][:2])) + ("..." if len(r["pids"]) > 2 else "")
-        rpcs = "-" if r["write_rpcs"] is None else f"{r['write_rpcs']:,}"
-        out.append(f"{'-' if r['rank'] is None else r['rank']:>5} {r['host'][:10]:<10} {pids:<12} "
-                   f"{(r['comm'] or '?')[:12]:<12} {_size(r['bytes_written']):>11} {rpcs:>10} "
-                   f"{_ms(r['slot_wait_ns']):>12} {_ms(r['blocked_ns']):>11}")
-        for name, s in sorted(r["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"]):
-            out.append(f"{'':>8}{name:<10} {s['count']:>8} calls  total {_ms(s['total_ns']):>9} ms"
-                       f"  max {_ms(s['max_ns']):>8} ms")
-    if not result["ranks"]:
-        out.append("  (no traced syscalls on matching files)")
-    return "\n".join(out)
+    result["checklist"] = checklist(result, window)
+    return result

@@ -11,6 +11,20 @@ from .capture import Capture, open_captures
 WRITE_SYSCALLS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 
 
+def utc_offset_ns(meta: dict) -> int:
+    pair = meta.get("start") or {}
+    if "realtime_ns" not in pair or "monotonic_ns" not in pair:
+        return 0
+    return int(pair["realtime_ns"]) - int(pair["monotonic_ns"])
+
+
+def iso_utc(ns: int | None) -> str | None:
+    from datetime import datetime, timezone
+    if ns is None:
+        return None
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
+
+
 @dataclass
 class Job:
     captures: list[Capture]
@@ -50,9 +64,91 @@ class Job:
         last = pa.concat_arrays([pc.invert(same_next).combine_chunks(), pa.array([True])])
         return procs.filter(last)
 
+    def utc_offset_ns(self, host: str) -> int:
+        """What to add to a monotonic timestamp of `host` to get UTC ns (its capture's start
+        clock pair); captures from many nodes line up on this clock."""
+        for cap in self.captures:
+            if cap.meta.get("host", "?") == host:
+                return utc_offset_ns(cap.meta)
+        return 0
+
+    def to_utc(self, host: pa.Array, mono: pa.Array) -> pa.Array:
+        """Monotonic ns of rows from several hosts, as UTC ns (int64)."""
+        offsets = {h: self.utc_offset_ns(h) for h in pc.unique(host).to_pylist()}
+        if len(offsets) == 1:
+            return pc.add(pc.cast(mono, pa.int64()), next(iter(offsets.values())))
+        off = pc.index_in(host, pa.array(list(offsets)))
+        off = pc.take(pa.array(list(offsets.values()), pa.int64()), off)
+        return pc.add(pc.cast(mono, pa.int64()), off)
+
     def problems(self) -> list[str]:
         return [f"{c.path}: {p}" for c in self.captures for p in c.problems]
 
     def lost_events(self, cap: Capture) -> int:
         t = cap.read("loss")
         return int(pc.sum(t["lost"]).as_py() or 0) if t is not None else 0
+
+
+# Rows overlapping a window: (begin column, end column) of each table; "ts" when not listed.
+SPAN_COLUMNS = {"syscall": ("ts_enter", "ts_exit"), "rpc": ("ts_begin", "ts_end")}
+# State, not events: identities hold from their row on; occupancy samples and NIC counters
+# before the window say what held at its start (the analysis clips them to the window).
+UNWINDOWED = {"procs": "never", "slots": "until", "netdev": "until"}
+
+
+@dataclass
+class WindowView:
+    """A capture seen only between two UTC times (analyze --since/--until): the rows that
+    overlap the window; an RPC still outstanding at the stop overlaps everything after its start."""
+    capture: Capture
+    since_utc: int | None
+    until_utc: int | None
+
+    def __getattr__(self, name):          # path, meta, problems, live, tables...
+        return getattr(self.capture, name)
+
+    def read(self, table: str, include_partial: bool = False) -> pa.Table | None:
+        t = self.capture.read(table, include_partial)
+        if t is None:
+            return None
+        begin, end = SPAN_COLUMNS.get(table, ("ts", "ts"))
+        if begin not in t.column_names or UNWINDOWED.get(table) == "never":
+            return t
+        offset = utc_offset_ns(self.capture.meta)
+        keep = pa.array([True] * t.num_rows)
+        if self.until_utc is not None:
+            keep = pc.and_(keep, pc.less_equal(pc.cast(t[begin], pa.int64()), self.until_utc - offset))
+        if self.since_utc is not None and table not in UNWINDOWED:
+            ends = pc.greater_equal(pc.cast(t[end], pa.int64()), self.since_utc - offset)
+            if table == "rpc":
+                ends = pc.or_(ends, pc.equal(t["complete"], 0))
+            keep = pc.and_(keep, ends)
+        t = t.filter(keep)
+        return t if t.num_rows else None
+
+
+def between(job: Job, since_utc: int | None, until_utc: int | None) -> Job:
+    return Job([WindowView(c, since_utc, until_utc) for c in job.captures])
+
+
+def parse_when(text: str, job: Job) -> int:
+    """A time on the command line: seconds since the job's first capture started ('90', '1.5'),
+    or an ISO 8601 time ('2026-12-02T19:30:00Z'; without a zone it is UTC). -> UTC ns."""
+    from datetime import datetime, timezone
+    try:
+        seconds = float(text.rstrip("s"))
+    except ValueError:
+        pass
+    else:
+        starts = [int(c.meta["start"]["realtime_ns"]) for c in job.captures if (c.meta.get("start") or {})]
+        if not starts:
+            raise ValueError(f"{text!r} is relative to the capture's start, which these captures do not record")
+        return min(starts) + int(seconds * 1e9)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"bad time {text!r}: want seconds since the capture started (e.g. 90) "
+                         "or an ISO 8601 time (e.g. 2026-12-02T19:30:00Z)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000

@@ -1,4 +1,4 @@
-"""Per-rank attribution of the traced syscalls: who wrote what, and where it waited."""
+"""Per-rank attribution of the traced syscalls: who wrote what, when, and where it waited."""
 from __future__ import annotations
 
 from collections import Counter
@@ -7,50 +7,67 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .attribution import attributed_rpcs
-from .job import WRITE_SYSCALLS, Job
+from .job import WRITE_SYSCALLS, Job, iso_utc
+
+# Calls that wait for dirty pages to reach the server (NFS flushes on close: close-to-open).
+FLUSH_SYSCALLS = ("close", "fsync", "fdatasync", "sync_file_range")
+RANK_KEYS = ["host", "rank", "solo"]
 
 
-
-def with_identity(job: Job, sc: pa.Table) -> pa.Table:
+def with_identity(job: Job, sc: pa.Table, tgid: str = "tgid") -> pa.Table:
+    """`sc` with the rank and comm of its process, and `solo`: the pid of a process without a
+    rank (it stands alone), null for ranked ones. (host, rank, solo) names a rank entry."""
     idents = job.identities()
     if idents is None:
         sc = sc.append_column("rank", pa.nulls(sc.num_rows, pa.int32()))
-        return sc.append_column("comm", pa.nulls(sc.num_rows, pa.string()))
-    idents = idents.select(["host", "tgid", "rank", "comm"])
-    return sc.join(idents, keys=["host", "tgid"], join_type="left outer")
+        sc = sc.append_column("comm", pa.nulls(sc.num_rows, pa.string()))
+    else:
+        idents = idents.select(["host", "tgid", "rank", "comm"]).rename_columns(["host", tgid, "rank", "comm"])
+        sc = sc.join(idents, keys=["host", tgid], join_type="left outer")
+    solo = pc.if_else(pc.is_null(sc["rank"]), pc.cast(sc[tgid], pa.uint32()), pa.nulls(sc.num_rows, pa.uint32()))
+    return sc.append_column("solo", solo)
+
+
+def syscall_rows(job: Job) -> pa.Table | None:
+    sc = job.table("syscall")
+    if sc is None:
+        return None
+    sc = sc.select(["host", "tgid", "syscall", "latency_ns", "bytes", "ts_enter", "ts_exit"])
+    return sc.set_column(2, "syscall", pc.cast(sc["syscall"], pa.string()))
 
 
 def rank_table(job: Job) -> list[dict]:
-    """One entry per rank (per process for processes without a rank), as in the JSON contract."""
-    sc = job.table("syscall")
+    """One entry per rank (per process for processes without a rank), as in the JSON contract,
+    with when its save started and ended (UTC ns: first syscall entered, last one returned)."""
+    sc = syscall_rows(job)
     if sc is None:
         return []
-    sc = sc.select(["host", "tgid", "syscall", "latency_ns", "bytes"])
-    sc = sc.set_column(sc.schema.get_field_index("syscall"), "syscall", pc.cast(sc["syscall"], pa.string()))
     sc = with_identity(job, sc)
-    # Processes without a rank stand alone, keyed by their pid.
-    sc = sc.append_column("solo", pc.if_else(pc.is_null(sc["rank"]), sc["tgid"],
-                                             pa.nulls(sc.num_rows, pa.uint32())))
-    keys = ["host", "rank", "solo"]
-    per_call = sc.group_by(keys + ["syscall"]).aggregate([
+    per_call = sc.group_by(RANK_KEYS + ["syscall"]).aggregate([
         ("latency_ns", "count"), ("latency_ns", "sum"), ("latency_ns", "max"), ("bytes", "sum"),
     ]).to_pylist()
-    who = sc.group_by(keys).aggregate([("tgid", "distinct"), ("comm", "list")]).to_pylist()
-
+    who = sc.group_by(RANK_KEYS).aggregate([("tgid", "distinct"), ("comm", "distinct"),
+                                            ("ts_enter", "min"), ("ts_exit", "max")]).to_pylist()
     ranks: dict[tuple, dict] = {}
     for w in who:
-        key = (w["host"], w["rank"], w["solo"])
-        comms = Counter(c for c in w["comm_list"] if c)
-        ranks[key] = {
+        offset = job.utc_offset_ns(w["host"])
+        comms = Counter(c for c in w["comm_distinct"] if c)
+        start, end = w["ts_enter_min"] + offset, w["ts_exit_max"] + offset
+        ranks[(w["host"], w["rank"], w["solo"])] = {
             "rank": w["rank"], "host": w["host"], "pids": sorted(w["tgid_distinct"]),
-            "comm": comms.most_common(1)[0][0] if comms else None,
-            "bytes_written": 0, "write_rpcs": None, "syscalls": {}, "blocked_ns": 0, "slot_wait_ns": None,
+            "comm": min(comms) if comms else None,
+            "bytes_written": 0, "write_rpcs": None, "write_rpc_bytes": None, "mean_rpc_bytes": None,
+            "syscalls": {}, "blocked_ns": 0, "flush_ns": 0, "slot_wait_ns": None,
+            "save_start_ns": start, "save_end_ns": end, "save_start": iso_utc(start), "save_end": iso_utc(end),
+            "save_s": (end - start) / 1e9,
         }
     for row in per_call:
         r = ranks[(row["host"], row["rank"], row["solo"])]
         r["syscalls"][row["syscall"]] = {"count": row["latency_ns_count"], "total_ns": row["latency_ns_sum"],
                                          "max_ns": row["latency_ns_max"]}
         r["blocked_ns"] += row["latency_ns_sum"]
+        if row["syscall"] in FLUSH_SYSCALLS:
+            r["flush_ns"] += row["latency_ns_sum"]
         if row["syscall"] in WRITE_SYSCALLS:
             r["bytes_written"] += row["bytes_sum"] or 0
     _charge_rpcs(job, ranks)
@@ -58,23 +75,21 @@ def rank_table(job: Job) -> list[dict]:
 
 
 def _charge_rpcs(job: Job, ranks: dict[tuple, dict]) -> None:
-    """WRITE RPCs and their slot wait, charged to the rank of the process they worked for
-    (directly, or by the file they wrote back: see attribution.py)."""
+    """WRITE RPCs, their bytes and slot wait, charged to the rank of the process they worked
+    for (directly, or by the file they wrote back: see attribution.py)."""
     rpcs = attributed_rpcs(job)
     if rpcs is None:
         return
-    idents = job.identities()
-    rank_of = {}
-    if idents is not None:
-        rank_of = {(h, t): r for h, t, r in zip(idents["host"].to_pylist(), idents["tgid"].to_pylist(),
-                                                idents["rank"].to_pylist())}
     for r in ranks.values():
-        r["write_rpcs"], r["slot_wait_ns"] = 0, 0
+        r["write_rpcs"], r["write_rpc_bytes"], r["slot_wait_ns"] = 0, 0, 0
     writes = rpcs.filter(pc.and_(pc.equal(rpcs["procname"], "WRITE"), pc.is_valid(rpcs["attributed_tgid"])))
-    for host, tgid, wait in zip(writes["host"].to_pylist(), writes["attributed_tgid"].to_pylist(),
-                                writes["slot_wait_ns"].to_pylist()):
-        rank = rank_of.get((host, tgid))
-        r = ranks.get((host, rank, None if rank is not None else tgid))
+    writes = with_identity(job, writes.select(["host", "attributed_tgid", "io_count", "slot_wait_ns"]),
+                           tgid="attributed_tgid")
+    for g in writes.group_by(RANK_KEYS).aggregate([("io_count", "count"), ("io_count", "sum"),
+                                                   ("slot_wait_ns", "sum")]).to_pylist():
+        r = ranks.get((g["host"], g["rank"], g["solo"]))
         if r is not None:
-            r["write_rpcs"] += 1
-            r["slot_wait_ns"] += wait or 0
+            r["write_rpcs"] = g["io_count_count"]
+            r["write_rpc_bytes"] = g["io_count_sum"] or 0
+            r["slot_wait_ns"] = g["slot_wait_ns_sum"] or 0
+            r["mean_rpc_bytes"] = r["write_rpc_bytes"] / r["write_rpcs"] if r["write_rpcs"] else None

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from .analysis import analyze
 from .capture import Capture
 from .job import WRITE_SYSCALLS, Job
-from .ranks import with_identity
+from .ranks import RANK_KEYS, with_identity
 
 # The column that places a row in time; "ts" when not listed.
 TIME_COLUMN = {"syscall": "ts_exit"}
@@ -124,8 +124,7 @@ def rank_extras(job: Job, now_ns: int | None = None, recent_ns: int = RECENT_NS)
     sc = pa.concat_tables(parts, promote_options="permissive")
     sc = sc.set_column(sc.schema.get_field_index("syscall"), "syscall", pc.cast(sc["syscall"], pa.string()))
     sc = with_identity(job, sc)
-    sc = sc.append_column("solo", pc.if_else(pc.is_null(sc["rank"]), sc["tgid"], pa.nulls(sc.num_rows, pa.uint32())))
-    keys = ["host", "rank", "solo"]
+    keys = RANK_KEYS
     end = now_ns if now_ns is not None else int(pc.max(sc["ts_exit"]).as_py())
     out: dict[tuple, dict] = {}
     for g in sc.group_by(keys).aggregate([("latency_ns", "list")]).to_pylist():

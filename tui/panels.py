@@ -86,8 +86,8 @@ def banner_text(result: dict, following: bool, playing: bool, filter_text: str, 
         from datetime import datetime
         started = min(datetime.fromisoformat(s).timestamp() for s in starts)
         age = f" · started {ago(max(0.0, (time.time() if now is None else now) - started))} ago"
-    verdict = result["verdict"] or "not assessed"
-    style = {"healthy": "green", "not assessed": "yellow"}.get(verdict, "red")
+    verdict = result["verdict"] or "nothing to assess"
+    style = {"healthy": "green", "nothing to assess": "yellow"}.get(verdict, "red")
     lines = [f"[b {style}]verdict: {verdict}[/]  host {hosts} · {state} · "
              f"cursor {secs(tl['cursor_ns'])} / {secs(tl['span_ns'])}{age} · "
              f"[{'red' if lost else 'dim'}]{lost} events lost[/]"]

@@ -71,7 +71,7 @@ def test_main_screen(cap):
             assert column(app, "p99 ms")[0] == "50.0"
             assert column(app, "slowest recent (5 s)") == ["-"] * 4     # the cursor is at 61 s
             text = banner(app)
-            assert "verdict: not assessed" in text and "host node-a" in text and "REPLAY" in text
+            assert "verdict: healthy" in text and "host node-a" in text and "REPLAY" in text
             assert "started 60 min ago" in text and "0 events lost" in text
             assert "no RPC data in this capture" in str(app.query_one("#nfs").render())
             assert "no findings" in str(app.query_one("#findings").render())

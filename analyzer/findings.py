@@ -1,0 +1,545 @@
+"""The findings: each cause the analyzer can name, defined from measured quantities.
+
+A detector looks at one cause and returns its findings (none when the cause is absent).
+Each finding carries the numbers it was decided on (evidence), the window, the ranks,
+syscalls and servers involved, and the fix. Thresholds are in thresholds.py. The
+verdict is the most severe warning or critical finding; between equally severe ones,
+the cause earlier in CAUSES (the one the others follow from) wins.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .job import WRITE_SYSCALLS, Job, iso_utc
+from .ranks import FLUSH_SYSCALLS, RANK_KEYS, with_identity
+from .rpcs import METADATA_PROCS, silences
+from .thresholds import Thresholds
+from .transports import server_addr
+
+CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "flush_commit_stall", "straggler_rank",
+          "small_sync_writes", "metadata_storm")
+SEVERITIES = ("critical", "warning", "info")
+METADATA_SYSCALLS = ("openat", "openat2", "creat", "newfstatat", "statx", "rename", "renameat", "renameat2",
+                     "unlink", "unlinkat", "mkdir", "mkdirat")
+STABLE_NAMES = {0: "UNSTABLE", 1: "DATA_SYNC", 2: "FILE_SYNC"}
+S = 1_000_000_000
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str
+    summary: str
+    start: int | None          # UTC ns
+    end: int | None
+    evidence: dict
+    fix: str
+    ranks: list = field(default_factory=list)
+    syscalls: list = field(default_factory=list)
+    servers: list = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {"kind": self.kind, "severity": self.severity, "summary": self.summary,
+                "start": iso_utc(self.start), "end": iso_utc(self.end), "evidence": self.evidence,
+                "ranks": self.ranks, "syscalls": self.syscalls, "servers": self.servers, "fix": self.fix}
+
+
+@dataclass
+class Context:
+    """What every detector may look at; computed once by analysis.analyze()."""
+    job: Job
+    th: Thresholds
+    ranks: list[dict]            # rank_table()
+    transports: list[dict]       # transport_table()
+    rpc: pa.Table | None         # attributed_rpcs(), with UTC times added
+    window: tuple[int, int] | None
+    log: pa.Table | None         # kernel_log fingerprints (kmsg table and --kernel-log)
+
+    def savers(self) -> list[dict]:
+        """The rank entries that wrote: the save's participants (ranked ones if any)."""
+        wrote = [r for r in self.ranks if r["bytes_written"] or r["write_rpcs"]]
+        ranked = [r for r in wrote if r["rank"] is not None]
+        return ranked or wrote
+
+    def rpcs_to(self, host: str, server: str, proc: str | None = None) -> pa.Table | None:
+        if self.rpc is None:
+            return None
+        m = pc.and_(pc.equal(self.rpc["host"], host), pc.equal(self.rpc["server"], server))
+        if proc:
+            m = pc.and_(m, pc.equal(self.rpc["procname"], proc))
+        return self.rpc.filter(m)
+
+    def top_syscalls(self, entries: list[dict], n: int = 3) -> list[str]:
+        total: dict[str, int] = {}
+        for r in entries:
+            for name, s in r["syscalls"].items():
+                total[name] = total.get(name, 0) + s["total_ns"]
+        return [k for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:n] if v > 0]
+
+
+def rank_ids(entries: list[dict]) -> list[int]:
+    return sorted({r["rank"] for r in entries if r["rank"] is not None})
+
+
+def _s(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / S, 3)
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.0f}%"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _rate(bps: float | None) -> str:
+    if bps is None:
+        return "?"
+    for unit, div in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if bps >= div:
+            return f"{bps / div:.1f} {unit}"
+    return f"{bps:.0f} b/s"
+
+
+# --- slot_saturation (with the bandwidth paradox) ---------------------------------------
+
+def slot_saturation(ctx: Context) -> list[Finding]:
+    out = []
+    for tr in ctx.transports:
+        frac = tr["saturated_fraction"]
+        writes = ctx.rpcs_to(tr["host"], tr["server"], "WRITE")
+        if frac is None or writes is None or writes.num_rows == 0:
+            continue
+        done = writes.filter(pc.equal(writes["complete"], 1))
+        execute = pc.sum(done["execute_ns"]).as_py() or 0
+        # Waiting for a transport slot, and on NFSv4.1+ for a session slot before that.
+        wait = (pc.sum(done["slot_wait_ns"]).as_py() or 0) + (pc.sum(done["session_sleep_ns"]).as_py() or 0)
+        wait_share = wait / execute if execute else 0.0
+        if frac < ctx.th.saturated_share or wait_share < ctx.th.slot_wait_share:
+            continue
+        n = done.num_rows
+        size = (pc.sum(done["io_count"]).as_py() or 0) / n if n else 0
+        rtt = (pc.sum(done["rtt_ns"]).as_py() or 0) / n if n else 0
+        held = pc.subtract(done["ts_end"], done["ts_reserved"])
+        held = pc.filter(held, pc.greater(done["ts_reserved"], 0))
+        hold = pc.mean(held).as_py() if len(held) else None
+        limit = tr["max_slots"] if tr["max_slots"] and tr["max_slots"] < 65536 else tr["peak_in_use"]
+        if tr["session_slots"]:
+            limit = min(limit or tr["session_slots"], tr["session_slots"])
+        window_ns = ctx.window[1] - ctx.window[0] if ctx.window else None
+        achieved = (pc.sum(done["io_count"]).as_py() or 0) / (window_ns / S) if window_ns else None
+        ceiling = limit * size / (hold / S) if limit and hold else None
+        link = tr["link"] or {}
+        ev = {
+            "saturated_fraction": round(frac, 3), "saturated_s": round(tr["saturated_s"], 3),
+            "window_s": _s(window_ns), "peak_in_use": tr["peak_in_use"], "max_slots": tr["max_slots"],
+            "session_slots": tr["session_slots"], "backlog_peak": tr["backlog_peak"],
+            "mean_waiting": round(tr["mean_waiting"], 2), "write_rpcs": n, "mean_write_bytes": round(size),
+            "slot_wait_share": round(wait_share, 3), "mean_slot_wait_ms": round(wait / n / 1e6, 3) if n else None,
+            "mean_rtt_ms": round(rtt / 1e6, 3), "mean_slot_hold_ms": round(hold / 1e6, 3) if hold else None,
+            "throughput_Bps": round(achieved) if achieved else None,
+            "littles_law_ceiling_Bps": round(ceiling) if ceiling else None,
+            "throughput_vs_ceiling": round(achieved / ceiling, 3) if achieved and ceiling else None,
+            "link_iface": link.get("iface"), "link_speed_bps": link.get("speed_bps"),
+            "link_mean_util": link.get("mean_util"), "link_peak_util": link.get("peak_util"),
+            "link_mean_tx_bps": link.get("mean_tx_bps"),
+        }
+        summary = (f"slot table toward {tr['server']} full {_pct(frac)} of the save "
+                   f"({tr['peak_in_use']} in use, up to {tr['backlog_peak']} RPCs waiting for a slot); "
+                   f"slot wait is {_pct(wait_share)} of WRITE time")
+        if ceiling:
+            summary += (f". Bandwidth paradox: {_bytes(achieved or 0)}/s is {_pct(ev['throughput_vs_ceiling'])} "
+                        f"of the {limit} slots x {_bytes(size)} / {hold / 1e6:.1f} ms ceiling")
+            if link.get("mean_util") is not None:
+                summary += f", while the link carried {_pct(link['mean_util'])} of {_rate(link['speed_bps'])}"
+            elif link.get("mean_tx_bps") is not None:
+                summary += f", while the link carried {_rate(link['mean_tx_bps'])} (speed unknown)"
+        affected = [r for r in ctx.savers() if (r["slot_wait_ns"] or 0) > 0]
+        out.append(Finding(
+            "slot_saturation", "critical" if frac >= ctx.th.saturated_share_critical else "warning",
+            summary, *(ctx.window or (None, None)), ev, _saturation_fix(tr, size),
+            rank_ids(affected), ctx.top_syscalls(affected), [tr["server"]]))
+    return out
+
+
+def _saturation_fix(tr: dict, write_bytes: float) -> str:
+    mount = tr["mount"] or {}
+    vers = str(mount.get("vers") or "")
+    nconnect = mount.get("nconnect") or 1
+    steps = []
+    if vers.startswith(("4.1", "4.2")):
+        steps.append(f"raise the NFSv4.1 session slots (client: nfs.max_session_slots, now "
+                     f"{tr['session_slots'] or '?'}; the server grants at most its own limit) and remount")
+    steps.append(f"raise the transport slot table (sysctl sunrpc.tcp_max_slot_table_entries, now "
+                 f"{tr['max_slots'] or '?'}, takes effect on new mounts) or mount with nconnect=8 "
+                 f"(now {nconnect}) to spread RPCs over more connections")
+    if write_bytes and write_bytes < 256 * 1024:
+        steps.append(f"send fewer, larger WRITEs: the mean WRITE is {_bytes(write_bytes)}; write through the "
+                     "page cache in large chunks and fsync once per file instead of O_SYNC/O_DIRECT small writes")
+    return "; ".join(steps)
+
+
+# --- server_unresponsive ----------------------------------------------------------------
+
+def server_unresponsive(ctx: Context) -> list[Finding]:
+    th, out = ctx.th, []
+    servers = set()
+    if ctx.rpc is not None:
+        servers |= set(zip(ctx.rpc["host"].to_pylist(), ctx.rpc["server"].to_pylist()))
+    log_lines = _log_by_server(ctx.log)
+    for host, server in sorted(servers, key=lambda k: (k[0], k[1] or "")):
+        rpcs = ctx.rpcs_to(host, server)
+        stop = _stop_utc(ctx.job, host)
+        sent = pc.if_else(pc.greater(rpcs["ts_first_tx"], 0), rpcs["ts_first_tx_utc"], rpcs["ts_begin_utc"])
+        complete = pc.equal(rpcs["complete"], 1)
+        ended = pc.if_else(complete, rpcs["ts_end_utc"], stop)
+        transmitted = pc.greater(rpcs["ts_first_tx"], 0)
+        # a reply ended it, not a timeout error (soft mounts give up with -EIO/-ETIMEDOUT)
+        replied = pc.and_(complete, pc.or_(pc.greater_equal(rpcs["status"], 0), pc.equal(rpcs["timeouts"], 0)))
+        keep = transmitted.to_numpy(zero_copy_only=False)
+        quiet = silences(np.asarray(sent)[keep], np.asarray(ended)[keep],
+                         replied.to_numpy(zero_copy_only=False)[keep], stop, int(th.silent_server_s * S))
+        lines = log_lines.pop((host, server_addr(server)), None) or log_lines.pop((None, server_addr(server)), None)
+        timeouts = int(pc.sum(rpcs["timeouts"]).as_py() or 0)
+        retrans = int(pc.sum(rpcs["retransmits"]).as_py() or 0)
+        if not quiet and not (lines and lines["not_responding"]):
+            continue
+        longest = max((e - s for s, e, _ in quiet), default=0)
+        outstanding = rpcs.filter(pc.invert(complete))
+        ev = {"longest_silence_s": _s(longest), "silences": [
+                  {"start": iso_utc(s), "end": iso_utc(e), "seconds": _s(e - s), "rpcs_waiting": n}
+                  for s, e, n in quiet],
+              "timeouts": timeouts, "retransmits": retrans,
+              "outstanding_at_stop": outstanding.num_rows,
+              "oldest_outstanding_s": _s(pc.max(outstanding["age_ns"]).as_py()) if outstanding.num_rows else None,
+              "kernel_not_responding": lines["not_responding"] if lines else 0,
+              "kernel_ok": lines["responding"] if lines else 0,
+              "first_not_responding": lines and iso_utc(lines["first"])}
+        severe = longest >= th.silent_server_critical_s * S or timeouts or (lines and lines["not_responding"])
+        start = min((s for s, _, _ in quiet), default=lines and lines["first"])
+        end = max((e for _, e, _ in quiet), default=lines and lines["last"])
+        summary = (f"{server} sent no reply for {longest / S:.1f} s while RPCs to it waited" if quiet
+                   else f"the kernel logged {server_addr(server)} not responding")
+        if timeouts or retrans:
+            summary += f" ({timeouts} timeouts, {retrans} retransmissions)"
+        if lines and lines["not_responding"]:
+            summary += f"; kernel: 'server {server_addr(server)} not responding' x{lines['not_responding']}"
+        out.append(Finding("server_unresponsive", "critical" if severe else "warning", summary, start, end, ev,
+                           _unresponsive_fix(ctx, host, server), _ranks_blocked_in(ctx, start, end), [],
+                           [server]))
+    for (host, addr), lines in log_lines.items():     # a server known only from the kernel log
+        if lines["not_responding"]:
+            out.append(Finding(
+                "server_unresponsive", "critical",
+                f"the kernel logged 'server {addr} not responding' x{lines['not_responding']}"
+                f" ({lines['responding']} 'OK')", lines["first"], lines["last"],
+                {"kernel_not_responding": lines["not_responding"], "kernel_ok": lines["responding"]},
+                _unresponsive_fix(ctx, host, addr), [], [], [addr]))
+    return out
+
+
+def _unresponsive_fix(ctx: Context, host: str | None, server: str) -> str:
+    fix = (f"check {server_addr(server)}: nfsd threads stuck or too few, its storage, a failover, or "
+           "the network path (loss, a firewall, MTU); clients on a hard mount wait for it forever")
+    cap = next((c for c in ctx.job.captures if c.meta.get("host", "?") == host), None)
+    for m in (cap.meta.get("nfs_mounts") or []) if cap else []:
+        if m.get("server") == server_addr(server) and m.get("timeo"):
+            fix += (f" (this mount: timeo={m['timeo']} ds, retrans={m.get('retrans')}; the kernel only logs "
+                    "'not responding' after those retries)")
+            break
+    return fix
+
+
+def _log_by_server(log: pa.Table | None) -> dict[tuple, dict]:
+    out: dict[tuple, dict] = {}
+    if log is None:
+        return out
+    for row in log.filter(pc.is_in(log["kind"], pa.array(["not_responding", "timed_out", "responding"]))).to_pylist():
+        e = out.setdefault((row.get("host"), row["server"]), {"not_responding": 0, "responding": 0,
+                                                               "first": None, "last": None})
+        key = "responding" if row["kind"] == "responding" else "not_responding"
+        e[key] += 1
+        t = row.get("ts_utc_ns")
+        if t is not None:
+            e["first"] = t if e["first"] is None else min(e["first"], t)
+            e["last"] = t if e["last"] is None else max(e["last"], t)
+    return out
+
+
+def _stop_utc(job: Job, host: str) -> int:
+    for cap in job.captures:
+        if cap.meta.get("host", "?") == host:
+            stop = cap.meta.get("stop") or {}
+            if "realtime_ns" in stop:
+                return int(stop["realtime_ns"])
+    return int(np.iinfo(np.int64).max // 2)
+
+
+def _ranks_blocked_in(ctx: Context, start: int | None, end: int | None) -> list[int]:
+    """Ranks with a syscall that was in progress somewhere in [start, end]."""
+    if start is None or end is None:
+        return []
+    return rank_ids([r for r in ctx.savers() if r["save_start_ns"] <= end and r["save_end_ns"] >= start])
+
+
+# --- flush_commit_stall -----------------------------------------------------------------
+
+def flush_commit_stall(ctx: Context) -> list[Finding]:
+    th = ctx.th
+    savers = [r for r in ctx.savers() if r["save_s"] > 0]
+    if not savers:
+        return []
+    flush_s = median(r["flush_ns"] / S for r in savers)
+    share = median(r["flush_ns"] / S / r["save_s"] for r in savers)
+    utils = [tr["link"]["mean_util"] for tr in ctx.transports if tr["link"] and tr["link"]["mean_util"] is not None]
+    util = max(utils) if utils else None
+    if flush_s < th.flush_min_s or share < th.flush_share or (util is not None and util >= th.flush_link_util):
+        return []
+    stalled = [r for r in savers if r["flush_ns"] / S >= th.flush_min_s and r["flush_ns"] / S / r["save_s"] >= th.flush_share]
+    calls = {name: {"count": sum(r["syscalls"].get(name, {}).get("count", 0) for r in savers),
+                    "total_s": _s(sum(r["syscalls"].get(name, {}).get("total_ns", 0) for r in savers))}
+             for name in FLUSH_SYSCALLS}
+    ev = {"median_flush_s": round(flush_s, 3), "median_flush_share": round(share, 3),
+          "link_mean_util": util, "calls": {k: v for k, v in calls.items() if v["count"]},
+          "ranks_stalled": len(stalled), "ranks": len(savers)}
+    commits = None if ctx.rpc is None else ctx.rpc.filter(pc.equal(ctx.rpc["procname"], "COMMIT"))
+    if commits is not None and commits.num_rows:
+        ev["commit_rpcs"] = commits.num_rows
+        ev["commit_execute_s"] = _s(pc.sum(commits["execute_ns"]).as_py())
+        ev["commit_mean_ms"] = round(pc.mean(commits["execute_ns"]).as_py() / 1e6, 3)
+    flushed = median(r["bytes_written"] for r in savers)
+    fsyncs = calls["fsync"]["count"] + calls["fdatasync"]["count"]
+    ev["median_bytes_per_rank"] = flushed
+    if fsyncs:
+        ev["bytes_per_fsync"] = round(sum(r["bytes_written"] for r in savers) / fsyncs)
+    summary = (f"ranks spend {_pct(share)} of their save ({flush_s:.1f} s, median) in "
+               f"{'/'.join(k for k in calls if calls[k]['count'])} waiting for dirty pages to reach the server")
+    if util is not None:
+        summary += f", with the link at {_pct(util)}"
+    fix = ("close() and fsync() wait for every dirty page of the file to be written back "
+           f"({_bytes(flushed)} per rank here). Start writeback while writing (sync_file_range(SYNC_FILE_RANGE_"
+           "WRITE) every few MiB, or a lower vm.dirty_background_bytes), fsync once per file rather than per "
+           "chunk, and overlap the flush with training (save from a background thread)")
+    if ev.get("commit_mean_ms", 0) > 50:
+        fix += f"; COMMITs take {ev['commit_mean_ms']:.0f} ms each: the server's stable storage is slow"
+    start = min(r["save_start_ns"] for r in stalled or savers)
+    end = max(r["save_end_ns"] for r in stalled or savers)
+    return [Finding("flush_commit_stall", "warning", summary, start, end, ev, fix, rank_ids(stalled),
+                    [k for k in FLUSH_SYSCALLS if calls[k]["count"]], _servers(ctx))]
+
+
+def _servers(ctx: Context) -> list[str]:
+    return sorted({tr["server"] for tr in ctx.transports if tr["server"]})
+
+
+# --- small_sync_writes ------------------------------------------------------------------
+
+def small_sync_writes(ctx: Context) -> list[Finding]:
+    th = ctx.th
+    if ctx.rpc is None:
+        return []
+    writes = ctx.rpc.filter(pc.and_(pc.equal(ctx.rpc["procname"], "WRITE"), pc.is_valid(ctx.rpc["attributed_tgid"])))
+    if writes.num_rows == 0:
+        return []
+    small = pc.and_(pc.less(writes["io_count"], int(th.small_write_bytes)), pc.greater(writes["io_stable"], 0))
+    writes = writes.append_column("small_sync", pc.cast(small, pa.int64()))
+    writes = with_identity(ctx.job, writes.select(["host", "attributed_tgid", "io_count", "io_stable", "small_sync"]),
+                           tgid="attributed_tgid")
+    per = writes.group_by(RANK_KEYS).aggregate([("small_sync", "sum"), ("small_sync", "count"),
+                                                ("io_count", "mean")]).to_pylist()
+    hit = [g for g in per if g["small_sync_sum"] >= th.small_sync_min_rpcs
+           and g["small_sync_sum"] / g["small_sync_count"] >= th.small_sync_share]
+    if not hit:
+        return []
+    savers = ctx.savers()
+    keys = {(g["host"], g["rank"], g["solo"]) for g in hit}
+    entries = [r for r in savers if (r["host"], r["rank"], r["pids"][0] if r["rank"] is None else None) in keys]
+    stable = {STABLE_NAMES.get(k, str(k)): v for k, v in
+              zip(*np.unique(writes["io_stable"].to_numpy(zero_copy_only=False), return_counts=True))}
+    sizes = writes["io_count"].to_numpy(zero_copy_only=False)
+    hist = {}
+    if sizes.size:
+        b = np.maximum(sizes, 1).astype(np.int64)
+        buckets, counts = np.unique(1 << (np.log2(b).astype(np.int64)), return_counts=True)
+        hist = {_bytes(int(k)): int(v) for k, v in zip(buckets, counts)}
+    n_small = sum(g["small_sync_sum"] for g in hit)
+    mean_size = float(np.mean(sizes))
+    ev = {"small_sync_rpcs": n_small, "write_rpcs": writes.num_rows,
+          "share": round(n_small / writes.num_rows, 3), "mean_write_bytes": round(mean_size),
+          "stable": {k: int(v) for k, v in stable.items()}, "size_histogram": hist,
+          "ranks_affected": len(hit), "ranks": len(savers),
+          "per_rank": [{"rank": g["rank"], "pid": g["solo"], "host": g["host"], "small_sync": g["small_sync_sum"],
+                        "writes": g["small_sync_count"], "mean_bytes": round(g["io_count_mean"])}
+                       for g in sorted(hit, key=lambda g: -g["small_sync_sum"])[:20]]}
+    severity = "warning" if len(hit) >= th.small_sync_rank_share * max(len(savers), 1) else "info"
+    summary = (f"{n_small} of {writes.num_rows} WRITE RPCs are small and synchronous (under "
+               f"{_bytes(th.small_write_bytes)}, stable; mean {_bytes(mean_size)}) from {len(hit)} of "
+               f"{len(savers)} ranks: each waits a round trip and a server-side sync")
+    fix = ("write through the page cache in large chunks (at least the mount's wsize), drop O_SYNC/O_DSYNC and "
+           "per-write fsync, and fsync once when the file is complete; the client then sends large UNSTABLE "
+           "WRITEs and one COMMIT")
+    span = [r for r in entries] or savers
+    return [Finding("small_sync_writes", severity, summary, min(r["save_start_ns"] for r in span),
+                    max(r["save_end_ns"] for r in span), ev, fix, rank_ids(entries),
+                    [k for k in ctx.top_syscalls(entries) if k in WRITE_SYSCALLS], _servers(ctx))]
+
+
+# --- metadata_storm ---------------------------------------------------------------------
+
+def metadata_storm(ctx: Context) -> list[Finding]:
+    th = ctx.th
+    savers = ctx.savers()
+    if ctx.rpc is not None and ctx.rpc.num_rows:
+        meta = pc.is_in(ctx.rpc["procname"], pa.array(sorted(METADATA_PROCS)))
+        total = pc.sum(ctx.rpc["execute_ns"]).as_py() or 0
+        m = ctx.rpc.filter(meta)
+        count, spent = m.num_rows, pc.sum(m["execute_ns"]).as_py() or 0
+        by = {r["procname"]: r["procname_count"] for r in m.group_by("procname").aggregate(
+            [("procname", "count")]).to_pylist()}
+        source = "RPCs"
+    else:
+        count, spent, total, by = 0, 0, 0, {}
+        for r in savers:
+            for name, s in r["syscalls"].items():
+                total += s["total_ns"]
+                if name in METADATA_SYSCALLS:
+                    count += s["count"]
+                    spent += s["total_ns"]
+                    by[name] = by.get(name, 0) + s["count"]
+        source = "syscalls"
+    share = spent / total if total else 0
+    if count < th.metadata_min_ops or share < th.metadata_share:
+        return []
+    top = sorted(by.items(), key=lambda kv: -kv[1])
+    heavy = sorted(savers, key=lambda r: -sum(s["total_ns"] for n, s in r["syscalls"].items()
+                                              if n in METADATA_SYSCALLS))[:8]
+    ev = {"source": source, "metadata_ops": count, "share_of_time": round(share, 3), "by_op": dict(top),
+          "metadata_s": _s(spent), "total_s": _s(total)}
+    summary = (f"metadata {source} take {_pct(share)} of the time: "
+               + ", ".join(f"{n} {k}" for k, n in top[:4]))
+    fix = ("cut metadata round trips: create the checkpoint directories once (not per rank and step), "
+           "avoid exists()/stat() polling and per-tensor files (write one file per rank), and do not "
+           "rename/unlink many small files; attribute caching (actimeo) helps repeated GETATTRs")
+    return [Finding("metadata_storm", "warning", summary, *(ctx.window or (None, None)), ev, fix,
+                    rank_ids(heavy), [k for k, _ in top if k in METADATA_SYSCALLS][:4], _servers(ctx))]
+
+
+# --- straggler_rank ---------------------------------------------------------------------
+
+def straggler_rank(ctx: Context) -> list[Finding]:
+    th = ctx.th
+    savers = [r for r in ctx.savers() if r["rank"] is not None] or ctx.savers()
+    if len(savers) < 3:
+        return []
+    t0 = min(r["save_start_ns"] for r in savers)
+    med_end = median(r["save_end_ns"] - t0 for r in savers)
+    med_bytes = median(r["bytes_written"] for r in savers)
+    late = [r for r in savers if r["save_end_ns"] - t0 >= th.straggler_ratio * med_end
+            and r["save_end_ns"] - t0 - med_end >= th.straggler_min_s * S]
+    if not late:
+        return []
+    late.sort(key=lambda r: -r["save_end_ns"])
+    last = late[0]
+    calls = sorted(last["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"])
+    ev = {"median_end_s": _s(med_end), "save_s": _s(max(r["save_end_ns"] for r in savers) - t0),
+          "median_bytes": med_bytes,
+          "stragglers": [{"rank": r["rank"], "host": r["host"], "pids": r["pids"],
+                          "end_s": _s(r["save_end_ns"] - t0), "bytes_written": r["bytes_written"],
+                          "blocked_s": _s(r["blocked_ns"]), "slot_wait_s": _s(r["slot_wait_ns"])}
+                         for r in late[:10]],
+          "critical_path": {"rank": last["rank"], "host": last["host"],
+                            "blocked_in": {k: {"count": v["count"], "total_s": _s(v["total_ns"])}
+                                           for k, v in calls[:5]}}}
+    who = ", ".join(f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]}" for r in late[:5])
+    summary = (f"{who} finished {(last['save_end_ns'] - t0) / S:.1f} s into the save, "
+               f"{(last['save_end_ns'] - t0) / max(med_end, 1):.1f}x the median rank's {med_end / S:.1f} s; "
+               f"the save waits for it")
+    if med_bytes and last["bytes_written"] >= 1.5 * med_bytes:
+        why = f"it wrote {_bytes(last['bytes_written'])}, {last['bytes_written'] / med_bytes:.1f}x the median"
+        fix = "balance the checkpoint shards across ranks (" + why + "), or save the large state in parallel"
+    else:
+        top = calls[0][0] if calls else "?"
+        why = f"it spent most of its time in {top}"
+        fix = (f"look at what rank {last['rank']} does differently ({why}): its files, write sizes and "
+               "flags, its node's link and mount")
+    ev["why"] = why
+    return [Finding("straggler_rank", "warning", summary + f": {why}", t0, last["save_end_ns"], ev, fix,
+                    rank_ids(late), [k for k, _ in calls[:3]], _servers(ctx))]
+
+
+# --- hung_tasks -------------------------------------------------------------------------
+
+def hung_tasks(ctx: Context) -> list[Finding]:
+    th = ctx.th
+    limit = int(th.hung_s * S)
+    ev: dict = {}
+    start = end = None
+    ranks: list[int] = []
+    servers: set[str] = set()
+    if ctx.rpc is not None:
+        stuck = ctx.rpc.filter(pc.and_(pc.equal(ctx.rpc["complete"], 0), pc.greater_equal(ctx.rpc["age_ns"], limit)))
+        if stuck.num_rows:
+            ev["rpcs_never_completed"] = stuck.num_rows
+            ev["oldest_rpc_s"] = _s(pc.max(stuck["age_ns"]).as_py())
+            ev["rpc_procs"] = dict(sorted({r["procname"]: r["procname_count"] for r in stuck.group_by(
+                "procname").aggregate([("procname", "count")]).to_pylist()}.items()))
+            servers |= set(stuck["server"].to_pylist())
+            start = pc.min(stuck["ts_begin_utc"]).as_py()
+    blocked = [(r, name, s) for r in ctx.savers() for name, s in r["syscalls"].items() if s["max_ns"] >= limit]
+    if blocked:
+        ev["blocked_syscalls"] = [{"rank": r["rank"], "pids": r["pids"], "syscall": name,
+                                   "max_s": _s(s["max_ns"])} for r, name, s in blocked[:20]]
+        ranks = rank_ids([r for r, _, _ in blocked])
+    log = ctx.log
+    if log is not None:
+        hung = log.filter(pc.equal(log["kind"], "hung_task"))
+        if hung.num_rows:
+            nfs = hung.filter(pc.equal(hung["nfs_related"], True)) if "nfs_related" in hung.column_names else hung
+            ev["kernel_hung_task_reports"] = hung.num_rows
+            ev["kernel_hung_in_nfs"] = nfs.num_rows
+            ev["kernel_hung_tasks"] = [{"task": r["task"], "pid": r["pid"], "blocked_s": r["blocked_s"],
+                                        "functions": (r.get("functions") or [])[:8]} for r in nfs.to_pylist()[:10]]
+            if nfs.num_rows == 0:
+                del ev["kernel_hung_tasks"]
+    if not (ev.get("rpcs_never_completed") or blocked or ev.get("kernel_hung_in_nfs")):
+        return []
+    parts = []
+    if ev.get("rpcs_never_completed"):
+        parts.append(f"{ev['rpcs_never_completed']} RPCs never completed (oldest {ev['oldest_rpc_s']:.0f} s)")
+    if blocked:
+        parts.append(f"{len(blocked)} syscalls blocked over {th.hung_s:.0f} s "
+                     f"({', '.join(sorted({n for _, n, _ in blocked}))})")
+    if ev.get("kernel_hung_in_nfs"):
+        parts.append(f"the kernel reported {ev['kernel_hung_in_nfs']} hung tasks in NFS/RPC code")
+    fix = ("processes are stuck in uninterruptible NFS waits: find the RPCs they wait for (server_unresponsive "
+           "above, or the server's logs), do not kill -9 them (D state ignores it), and consider the mount's "
+           "timeo/retrans; a soft mount trades hangs for I/O errors, which a checkpoint must then handle")
+    if blocked:
+        end = max(r["save_end_ns"] for r, _, _ in blocked)
+        start = min(start or end, min(r["save_start_ns"] for r, _, _ in blocked))
+    return [Finding("hung_tasks", "critical", "; ".join(parts), start, end, ev, fix, ranks,
+                    sorted({n for _, n, _ in blocked}), sorted(s for s in servers if s))]
+
+
+DETECTORS = (server_unresponsive, slot_saturation, hung_tasks, flush_commit_stall, straggler_rank,
+             small_sync_writes, metadata_storm)
+
+
+def find(ctx: Context) -> list[Finding]:
+    found = [f for detect in DETECTORS for f in detect(ctx)]
+    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), CAUSES.index(f.kind)))
+
+
+def verdict(findings: list[Finding]) -> str:
+    serious = [f for f in findings if f.severity in ("critical", "warning")]
+    return serious[0].kind if serious else "healthy"

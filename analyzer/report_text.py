@@ -1,0 +1,172 @@
+"""The terminal report of an analysis (the dict analyze() returns), readable in 100 columns:
+verdict first, then findings with their evidence and fix, the checklist, per-rank and
+per-transport tables, the latency split per procedure, and what was lost."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+WIDTH = 100
+MAX_RANK_ROWS = 40
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.1f}"
+
+
+def _s(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e9:,.2f}"
+
+
+def size(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _wrap(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False) or [indent]
+
+
+def _value(v, items: int = 4) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, list) and len(v) > items:
+        return json.dumps(v[:items], separators=(", ", ": "))[:-1] + f", ... {len(v) - items} more]"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(", ", ": "))
+    return str(v)
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    out, run = [], []
+    for r in sorted(ranks):
+        if run and r == run[-1] + 1:
+            run.append(r)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [r]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def _clock(iso: str | None) -> str:
+    return iso[11:23] if iso else "?"
+
+
+def finding_lines(f: dict) -> list[str]:
+    out = [f"[{f['severity']}] {f['kind']}  {_clock(f['start'])} .. {_clock(f['end'])} UTC"]
+    out += _wrap(f["summary"], "  ")
+    ev = ", ".join(f"{k} {_value(v)}" for k, v in f["evidence"].items()
+                   if v is not None and not isinstance(v, (dict, list)))
+    out += _wrap("evidence: " + ev, "  ")
+    for k, v in f["evidence"].items():
+        if isinstance(v, (dict, list)) and v:
+            out += _wrap(f"{k}: {_value(v)}", "    ")
+    who = []
+    if f["ranks"]:
+        who.append(f"ranks {rank_ranges(f['ranks'])}")
+    if f["syscalls"]:
+        who.append("syscalls " + ", ".join(f["syscalls"]))
+    if f["servers"]:
+        who.append("servers " + ", ".join(f["servers"]))
+    if who:
+        out += _wrap("; ".join(who), "  ")
+    out += _wrap("fix: " + f["fix"], "  ")
+    return out
+
+
+def _rank_rows(ranks: list[dict]) -> list[str]:
+    out = [f"{'rank':>5} {'host':<8} {'pids':<9} {'written':>10} {'WRITEs':>6} {'mean WRITE':>10} "
+           f"{'slot wait':>9} {'blocked':>8} {'save':>7}  top syscall (s)"]
+    shown = sorted(ranks, key=lambda r: -r["blocked_ns"])[:MAX_RANK_ROWS] if len(ranks) > MAX_RANK_ROWS else ranks
+    for r in shown:
+        pids = ",".join(map(str, r["pids"][:2])) + ("+" if len(r["pids"]) > 2 else "")
+        top = max(r["syscalls"].items(), key=lambda kv: kv[1]["total_ns"], default=None)
+        top_text = f"{top[0]} {top[1]['count']}x {_s(top[1]['total_ns'])}" if top else "-"
+        out.append(f"{'-' if r['rank'] is None else r['rank']:>5} {r['host'][:8]:<8} {pids[:9]:<9} "
+                   f"{size(r['bytes_written']):>10} {'-' if r['write_rpcs'] is None else r['write_rpcs']:>6} "
+                   f"{size(r['mean_rpc_bytes']):>10} {_s(r['slot_wait_ns']):>9} {_s(r['blocked_ns']):>8} "
+                   f"{r['save_s']:>7.2f}  {top_text[:WIDTH - 82]}")
+    if len(shown) < len(ranks):
+        out.append(f"  ... {len(ranks) - len(shown)} more ranks (the {len(shown)} most blocked are shown; "
+                   "--json or --rank R for the rest)")
+    return out
+
+
+def _transport_rows(transports: list[dict]) -> list[str]:
+    out = [f"{'host':<10} {'server':<22} {'slots':>6} {'peak':>5} {'full':>5} {'waiting':>7}  link"]
+    for t in transports:
+        link = t["link"]
+        if link:
+            speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "speed unknown"
+            util = "" if link["mean_util"] is None else f", mean {100 * link['mean_util']:.1f}%"
+            link_text = f"{link['iface']} {speed}, {link['mean_tx_bps'] / 1e6:.1f} Mb/s out{util}"
+        else:
+            link_text = "-"
+        full = "-" if t["saturated_fraction"] is None else f"{100 * t['saturated_fraction']:.0f}%"
+        slots = t["max_slots"] if not t.get("session_slots") else f"{t['max_slots']}/{t['session_slots']}"
+        out.append(f"{t['host'][:10]:<10} {(t['server'] or '?')[:22]:<22} {slots or '?':>6} "
+                   f"{'-' if t['peak_in_use'] is None else t['peak_in_use']:>5} {full:>5} "
+                   f"{'-' if t['backlog_peak'] is None else t['backlog_peak']:>7}  {link_text}")
+    return out
+
+
+def _proc_rows(by_proc: dict) -> list[str]:
+    out = [f"{'procedure':<12} {'count':>7} {'bytes':>10} {'slot wait':>9} {'xmit wait':>9} {'rtt':>8} "
+           f"{'execute':>8} {'p50':>8} {'p99':>8}"]
+    for name, p in sorted(by_proc.items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
+        n = p["count"]
+        if not n:
+            out.append(f"{name:<12} {0:>7}  ({p.get('outstanding', 0)} outstanding)")
+            continue
+        per = {k: p[k] / n for k in ("slot_wait_ns", "transmit_wait_ns", "rtt_ns", "execute_ns")}
+        out.append(f"{name:<12} {n:>7,} {size(p['bytes']):>10} {_ms(per['slot_wait_ns']):>9} "
+                   f"{_ms(per['transmit_wait_ns']):>9} {_ms(per['rtt_ns']):>8} {_ms(per['execute_ns']):>8} "
+                   f"{_ms(p['p50_ns']):>8} {_ms(p['p99_ns']):>8}"
+                   + (f"  +{p['outstanding']} outstanding" if p.get("outstanding") else ""))
+    return out
+
+
+def render_text(result: dict) -> str:
+    findings = result["findings"]
+    head = f"verdict: {result['verdict'] or 'nothing to assess'}"
+    if findings and result["verdict"] != "healthy":
+        head += f" ({findings[0]['severity']})"
+    out = [head]
+    if result.get("window"):
+        w = result["window"]
+        out.append(f"save window {w['start']} .. {_clock(w['end'])} UTC ({w['seconds']:.2f} s), "
+                   f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks")
+    out += [line for n in result["notes"] for line in _wrap(f"note: {n}", "")]
+    out.append("")
+    out.append("findings" if findings else "findings: none")
+    for f in findings:
+        out += finding_lines(f)
+        out.append("")
+    if result.get("checklist"):
+        out.append("checklist")
+        for c in result["checklist"]:
+            out += _wrap(f"{c['question']}: {c['answer'] or '-'} ({c['value']})", "  ")
+        out.append("")
+    out.append("per rank (times in seconds)")
+    out += _rank_rows(result["ranks"]) if result["ranks"] else ["  (no traced syscalls on matching files)"]
+    if result["transports"]:
+        out += ["", "per transport"] + _transport_rows(result["transports"])
+    if result["rpc"]["by_proc"]:
+        out += ["", "RPCs by procedure (ms per RPC; p50 and p99 of execute)"] + _proc_rows(result["rpc"]["by_proc"])
+    out.append("")
+    for cap in result["captures"]:
+        out += _wrap(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
+                     f"{cap['start'] or '?'} .. {cap['end'] or 'still recording'}, "
+                     f"{cap['lost_events']} events lost", "")
+    out += [f"problem: {p}" for p in result["problems"]]     # unwrapped: they name paths
+    return "\n".join(out)

@@ -1,0 +1,154 @@
+"""Per NFS server (transport): slot-table occupancy against its limit, and the link toward it.
+
+The agent records occupancy per RPC client on every change; clients cloned from the
+same mount (nfs, nfsacl, ...) share the server's transport, so the occupancy of the
+transport is the sum over its clients. Each sample holds until the next one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .job import Job
+
+SLOT_COLUMNS = ("in_use", "backlog", "session_wait", "sending", "pending")
+
+
+def server_addr(server: str | None) -> str | None:
+    """'10.0.0.1:2049' -> '10.0.0.1'; '[fd00::1]:2049' -> 'fd00::1'."""
+    if not server:
+        return server
+    host, sep, port = server.rpartition(":")
+    if not sep or not port.isdigit():
+        return server
+    return host.strip("[]")
+
+
+def slot_limit(meta: dict, addr: str | None) -> tuple[int | None, int | None, dict | None]:
+    """(transport slots, NFSv4.1+ session slots, the mount) for a server, from meta.json:
+    the sunrpc slot-table sysctl of the mount's protocol times its nconnect transports."""
+    mount = next((m for m in meta.get("nfs_mounts") or [] if m.get("server") == addr), None)
+    sysctls = meta.get("sunrpc") or {}
+    if mount is None:
+        return None, None, None
+    proto = mount.get("proto") or "tcp"
+    key = {"tcp": "tcp_max_slot_table_entries", "tcp6": "tcp_max_slot_table_entries",
+           "udp": "udp_slot_table_entries", "udp6": "udp_slot_table_entries"}.get(proto)
+    nconnect = int(mount.get("nconnect") or 1)
+    slots = int(sysctls[key]) * nconnect if key and str(sysctls.get(key, "")).isdigit() else None
+    session = None
+    if str(mount.get("vers", "")).startswith(("4.1", "4.2")):
+        value = str(sysctls.get("nfs_max_session_slots", ""))
+        session = int(value) if value.isdigit() else None
+    return slots, session, mount
+
+
+@dataclass
+class Occupancy:
+    """A transport's occupancy as a step function: value[i] holds from ts[i] (UTC ns) on."""
+    ts: np.ndarray
+    cols: dict[str, np.ndarray]
+
+    def durations(self, t0: int, t1: int) -> np.ndarray:
+        """How long each step lasts inside [t0, t1]."""
+        ends = np.append(self.ts[1:], t1)
+        return np.clip(np.minimum(ends, t1) - np.maximum(self.ts, t0), 0, None)
+
+    def within(self, t0: int, t1: int) -> np.ndarray:
+        """Steps in force at some time inside [t0, t1]."""
+        ends = np.append(self.ts[1:], t1)
+        return (ends > t0) & (self.ts <= t1)
+
+
+def occupancy(slots: pa.Table, offset_ns: int) -> Occupancy:
+    """Sum the per-client step functions of one transport's rows (any order)."""
+    slots = slots.sort_by("ts")
+    client = slots["client_id"].to_numpy()
+    cols = {}
+    for name in SLOT_COLUMNS:
+        v = slots[name].to_numpy().astype(np.int64)
+        # each row's change to its own client's value, so the running sum is the transport's total
+        prev = np.zeros_like(v)
+        for c in np.unique(client):
+            idx = np.flatnonzero(client == c)
+            prev[idx[1:]] = v[idx[:-1]]
+        cols[name] = np.cumsum(v - prev)
+    return Occupancy(slots["ts"].to_numpy().astype(np.int64) + offset_ns, cols)
+
+
+def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
+    """One entry per (host, server) with slot rows or RPCs, as in the JSON contract, plus the
+    time series the findings and the report use (keys starting with '_' stay out of JSON)."""
+    slots = job.table("slots")
+    rpc = job.table("rpc")
+    out = []
+    keys = set()
+    for t in (slots, rpc):
+        if t is not None:
+            keys |= set(zip(t["host"].to_pylist(), t["server"].to_pylist()))
+    for host, server in sorted(keys, key=lambda k: (k[0], k[1] or "")):
+        cap = next(c for c in job.captures if c.meta.get("host", "?") == host)
+        offset = job.utc_offset_ns(host)
+        addr = server_addr(server)
+        limit, session, mount = slot_limit(cap.meta, addr)
+        entry = {"host": host, "server": server, "max_slots": limit, "session_slots": session,
+                 "mount": mount and {k: mount.get(k) for k in ("mountpoint", "vers", "proto", "nconnect",
+                                                               "wsize", "timeo", "retrans", "hard")},
+                 "peak_in_use": None, "saturated_fraction": None, "saturated_s": None, "backlog_peak": None,
+                 "mean_waiting": None, "link": link_usage(job, host, addr, window)}
+        mine = None
+        if slots is not None:
+            mine = slots.filter(pc.and_(pc.equal(slots["host"], host), pc.equal(slots["server"], server)))
+        if mine is not None and mine.num_rows:
+            occ = occupancy(mine, offset)
+            entry["_occupancy"] = occ
+            t0, t1 = window or (int(occ.ts[0]), int(occ.ts[-1]))
+            inside = occ.within(t0, t1)
+            if inside.any():
+                dur = occ.durations(t0, t1)
+                waiting = occ.cols["backlog"] + occ.cols["session_wait"]
+                full = waiting > 0
+                if limit:
+                    full |= occ.cols["in_use"] >= limit
+                span = max(t1 - t0, 1)
+                entry.update(peak_in_use=int(occ.cols["in_use"][inside].max()),
+                             backlog_peak=int(waiting[inside].max()),
+                             saturated_s=float((dur * full).sum()) / 1e9,
+                             saturated_fraction=float((dur * full).sum()) / span,
+                             mean_waiting=float((dur * waiting).sum()) / span)
+        out.append(entry)
+    return out
+
+
+def link_usage(job: Job, host: str, addr: str | None, window: tuple[int, int] | None) -> dict | None:
+    """The interface the server is routed through: its speed and how much of it the save used
+    (peak over the agent's sampling intervals, and the mean over the save window)."""
+    net = job.table("netdev")
+    if net is None or addr is None:
+        return None
+    net = net.filter(pc.and_(pc.equal(net["host"], host), pc.equal(net["server"], addr))).sort_by("ts")
+    if net.num_rows < 2:
+        return None
+    ts = net["ts"].to_numpy().astype(np.int64) + job.utc_offset_ns(host)
+    speeds = [s for s in net["speed_bps"].to_pylist() if s]
+    speed = max(speeds) if speeds else None
+    dt = np.diff(ts)
+    sent = {d: np.diff(net[f"{d}_bytes"].to_numpy().astype(np.int64)) for d in ("tx", "rx")}
+    keep = dt > 0
+    if window:
+        keep &= (ts[1:] > window[0]) & (ts[:-1] < window[1])
+    if not keep.any():
+        return None
+    rate = {d: sent[d][keep] * 8 / (dt[keep] / 1e9) for d in sent}      # bits per second
+    mean = {d: sent[d][keep].sum() * 8 / (dt[keep].sum() / 1e9) for d in sent}
+    return {
+        "iface": net["iface"][0].as_py(), "speed_bps": speed,
+        "peak_bps": float(max(rate["tx"].max(), rate["rx"].max())),
+        "mean_tx_bps": float(mean["tx"]), "mean_rx_bps": float(mean["rx"]),
+        "peak_util": float(max(rate["tx"].max(), rate["rx"].max()) / speed) if speed else None,
+        "mean_util": float(max(mean["tx"], mean["rx"]) / speed) if speed else None,
+        "_series": (ts[1:][keep], rate["tx"], rate["rx"]),
+    }
