@@ -15,7 +15,7 @@ from .files import AT_FDCWD, UNKNOWN, FdTable, FileRegistry
 from .identity import Identities
 from .layouts import (BOOKKEEPING_OPS, CLONE_THREAD, DUP_OPS, OP_NAME, OP_NUMBER, OPEN_OPS, OPS,
                       PROC_EXEC, PROC_EXIT, PROC_NEWTASK, WRITE_OPS)
-from .tables import SYSCALL
+from .tables import BLOCKED, SYSCALL
 
 AT_EMPTY_PATH = 0x1000
 O_CLOEXEC = 0o2000000
@@ -38,6 +38,7 @@ class Decoder:
         self._paths: dict[tuple[int, int, int], str] = {}
         self._exits: list[int] = []
         self.unnamed = 0   # rows dropped because their fd could not be named
+        self.seen: set[int] = set()   # tgids with rows: their blocked path calls are worth showing
 
     # ---- process events ----
     def _proc_event(self, ev: tuple) -> None:
@@ -198,6 +199,7 @@ class Decoder:
     def _table(self, ev: np.ndarray, fids: np.ndarray, path2: list) -> pa.Table:
         for tgid in np.unique(ev["tgid"]).tolist():
             self.identities.want(tgid, int(ev["ts_exit"][0]))
+            self.seen.add(tgid)
         ret = ev["ret"]
         is_write = np.isin(ev["op"], _WRITE_OP_NUMS)
         files = self.registry.columns(fids)
@@ -218,3 +220,24 @@ class Decoder:
         arrays = [c if isinstance(c, pa.Array) else pa.array(c, SYSCALL.field(name).type)
                   for name, c in cols.items()]
         return pa.Table.from_arrays(arrays, schema=SYSCALL)
+
+    def blocked(self, tids: np.ndarray, calls: np.ndarray, now_ns: int, min_age_ns: int) -> pa.Table | None:
+        """`blocked` rows: the traced syscalls in progress for at least min_age_ns. An fd call
+        counts when its fd names a traced file; a path call (its path is read only at exit)
+        when its process already has rows."""
+        rows = []
+        old = (calls["skip"] == 0) & (now_ns - calls["ts_enter"] >= min_age_ns)
+        for tid, call in zip(tids[old].tolist(), calls[old]):
+            tgid, op, fd, t = int(call["tgid"]), int(call["op"]), int(call["fd"]), int(call["ts_enter"])
+            info = None
+            if op in _FD_OP_NUMS:
+                found = self.fds.at(FdTable.key(tgid, fd), t)
+                if found is None or found[1] < 0:
+                    continue
+                info = self.registry.info(found[1])
+            elif tgid not in self.seen:
+                continue
+            rows.append({"ts": now_ns, "tid": tid, "tgid": tgid, "syscall": OP_NAME.get(op, "?"),
+                         "ts_enter": t, "fd": fd, "path": info and info.path, "dev": info and info.dev,
+                         "ino": info and info.ino})
+        return pa.Table.from_pylist(rows, schema=BLOCKED) if rows else None

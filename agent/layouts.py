@@ -88,6 +88,23 @@ SYS_EVENT = Layout("sys_event", (
     ("partial", "u8"),     # 1 when writev's iovecs were only partly summed
 ))
 
+# A syscall between its enter and exit, per thread (the `inflight` map, keyed by tid):
+# the agent reads the map to see who is blocked right now, and in what.
+INFLIGHT = Layout("inflight", (
+    ("ts_enter", "s64"),
+    ("count", "u64"),
+    ("offset", "s64"),
+    ("path1", "u64"),      # user pointers of the path arguments (read at exit)
+    ("path2", "u64"),
+    ("tgid", "u32"),
+    ("fd", "s32"),
+    ("fd2", "s32"),
+    ("flags", "u32"),
+    ("op", "u16"),
+    ("partial", "u8"),
+    ("skip", "u8"),        # an ignored fd's close: bump the generation, emit nothing
+))
+
 # The path strings of path-taking syscalls, in their own ring; joined to their
 # syscall by (tid, ts_enter). slot 0 is the first path argument, 1 the second.
 PATH_MAX_CAPTURED = 256
@@ -215,7 +232,7 @@ LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_
                  "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full")
 
 
-LAYOUTS = (SYS_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT)
+LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT)
 
 
 def c_header() -> str:

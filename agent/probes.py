@@ -17,7 +17,7 @@ from importlib import resources
 import numpy as np
 
 from . import kernel
-from .layouts import LOSS_COUNTERS, NFS_EVENT, OPS, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT, Layout, c_header
+from .layouts import INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OPS, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT, Layout, c_header
 from .ringbuf import RingReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -259,6 +259,18 @@ class Loaded:
             return np.empty(0, RPC_EVENT.dtype)
         records = [bytes(v)[: RPC_EVENT.dtype.itemsize] for v in self.bpf[b"rpc_tasks"].values()]
         return np.frombuffer(b"".join(records), RPC_EVENT.dtype) if records else np.empty(0, RPC_EVENT.dtype)
+
+    def in_flight(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tids, INFLIGHT records) of the traced syscalls entered and not yet returned."""
+        try:
+            items = list(self.bpf[b"inflight"].items())
+        except KeyError:          # the syscalls group is not loaded
+            items = []
+        if not items:
+            return np.empty(0, np.uint32), np.empty(0, INFLIGHT.dtype)
+        tids = np.array([k.value for k, _ in items], np.uint32)
+        records = b"".join(bytes(v)[: INFLIGHT.dtype.itemsize] for _, v in items)
+        return tids, np.frombuffer(records, INFLIGHT.dtype)
 
     def bpf_runtime(self) -> dict[str, int | None]:
         """Kernel time spent in our programs (needs kernel.bpf_stats_enabled, set while loaded)."""

@@ -29,6 +29,7 @@ from .tables import AGENT, LOSS, PROCS, SCHEMAS
 POLL_IDLE = 0.02        # s between drains when the rings are quiet
 POLL_BUSY_FILL = 0.05   # drain again at once when a ring is this full
 STATS_EVERY = 1.0
+BLOCKED_MIN_NS = 1_000_000_000   # a syscall in progress this long is 'blocked' in the snapshots
 STATUS_EVERY = 5.0
 
 
@@ -204,7 +205,7 @@ class Recorder:
         self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
         deadline = time.monotonic() + opts.duration if opts.duration else None
         exit_code = 0
-        failure = None
+        failure = stopped = None
         try:
             # One drain before saying "recording": the first one pays pyarrow's and numpy's
             # lazy start-up (seconds under emulation), which must not open a gap in the samples.
@@ -223,6 +224,8 @@ class Recorder:
                 elif loaded.fill() < POLL_BUSY_FILL:
                     time.sleep(POLL_IDLE)
             self._drain(loaded, writer)   # what arrived before the probes go away
+            self._write_blocked(loaded, writer)
+            stopped = clock_pair()       # detaching the probes below takes seconds
             outstanding = loaded.outstanding_rpcs()
             if outstanding.size:
                 writer.append("rpc", rpc_table(outstanding, self.clients, _monotonic_ns()))
@@ -239,7 +242,7 @@ class Recorder:
                 if failure is None:
                     self._flush_identities(writer, final=True)
                 self.identities.reader.stop()
-                meta["stop"] = clock_pair()
+                meta["stop"] = stopped or clock_pair()
                 meta["stop_reason"] = failure or self.stop_reason
                 meta["totals"] = {"events": self.events, "rows": self.rows,
                                   "lost": self._loss_seen, "unnamed_fd_rows": self.decoder.unnamed}
@@ -290,6 +293,7 @@ class Recorder:
         now = time.monotonic()
         if now - self._last_stats >= STATS_EVERY:
             self._flush_identities(writer)
+            self._write_blocked(loaded, writer)
             self._write_stats(loaded, writer, now)
         writer.tick()
         if self.opts.status and now - self._last_status >= STATUS_EVERY:
@@ -313,6 +317,12 @@ class Recorder:
             "rank_env": list(i.env.items()), "rank_source": i.rank_source,
             "inherited_from": i.inherited_from, "complete": i.complete,
         } for i in idents], schema=PROCS))
+
+    def _write_blocked(self, loaded, writer: CaptureWriter) -> None:
+        now = _monotonic_ns()
+        rows = self.decoder.blocked(*loaded.in_flight(), now, BLOCKED_MIN_NS)
+        if rows is not None:
+            writer.append("blocked", rows)
 
     def _write_stats(self, loaded, writer: CaptureWriter, now: float) -> None:
         ts = _monotonic_ns()

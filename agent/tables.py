@@ -31,6 +31,14 @@ PROCS = pa.schema([
     ("rank_source", pa.string()), ("inherited_from", pa.uint32()), ("complete", pa.bool_()),
 ])
 
+# Snapshots of the traced syscalls in progress (blocked) for a while: who is stuck, in
+# what, since when; one row per call per snapshot (about every second, and at stop).
+BLOCKED = pa.schema([
+    ("ts", pa.int64()), ("tid", pa.uint32()), ("tgid", pa.uint32()), ("syscall", pa.string()),
+    ("ts_enter", pa.int64()), ("fd", pa.int32()), ("path", pa.string()), ("dev", pa.uint64()),
+    ("ino", pa.uint64()),
+])
+
 LOSS = pa.schema([
     ("ts", pa.int64()), ("interval_ns", pa.int64()), ("probe", pa.string()),
     ("counter", pa.string()), ("lost", pa.uint64()),
@@ -71,6 +79,7 @@ SCHEMAS: dict[str, tuple[pa.Schema, int]] = {
     "rpc": (RPC, 1),
     "nfs_io": (NFS_IO, 1),
     "syscall": (SYSCALL, 1),
+    "blocked": (BLOCKED, 1),
     "procs": (PROCS, 1),
     "loss": (LOSS, 1),
     "agent": (AGENT, 1),

@@ -495,11 +495,10 @@ def hung_tasks(ctx: Context) -> list[Finding]:
                 "procname").aggregate([("procname", "count")]).to_pylist()}.items()))
             servers |= set(stuck["server"].to_pylist())
             start = pc.min(stuck["ts_begin_utc"]).as_py()
-    blocked = [(r, name, s) for r in ctx.savers() for name, s in r["syscalls"].items() if s["max_ns"] >= limit]
+    blocked = long_blocked(ctx, limit)
     if blocked:
-        ev["blocked_syscalls"] = [{"rank": r["rank"], "pids": r["pids"], "syscall": name,
-                                   "max_s": _s(s["max_ns"])} for r, name, s in blocked[:20]]
-        ranks = rank_ids([r for r, _, _ in blocked])
+        ev["blocked_syscalls"] = blocked[:20]
+        ranks = sorted({b["rank"] for b in blocked if b["rank"] is not None})
     log = ctx.log
     if log is not None:
         hung = log.filter(pc.equal(log["kind"], "hung_task"))
@@ -517,18 +516,53 @@ def hung_tasks(ctx: Context) -> list[Finding]:
     if ev.get("rpcs_never_completed"):
         parts.append(f"{ev['rpcs_never_completed']} RPCs never completed (oldest {ev['oldest_rpc_s']:.0f} s)")
     if blocked:
+        still = sum(b["still_blocked"] for b in blocked)
         parts.append(f"{len(blocked)} syscalls blocked over {th.hung_s:.0f} s "
-                     f"({', '.join(sorted({n for _, n, _ in blocked}))})")
+                     f"({', '.join(sorted({b['syscall'] for b in blocked}))}; longest "
+                     f"{max(b['seconds'] for b in blocked):.0f} s"
+                     + (f", {still} still blocked when recording stopped)" if still else ")"))
     if ev.get("kernel_hung_in_nfs"):
         parts.append(f"the kernel reported {ev['kernel_hung_in_nfs']} hung tasks in NFS/RPC code")
     fix = ("processes are stuck in uninterruptible NFS waits: find the RPCs they wait for (server_unresponsive "
            "above, or the server's logs), do not kill -9 them (D state ignores it), and consider the mount's "
            "timeo/retrans; a soft mount trades hangs for I/O errors, which a checkpoint must then handle")
     if blocked:
-        end = max(r["save_end_ns"] for r, _, _ in blocked)
-        start = min(start or end, min(r["save_start_ns"] for r, _, _ in blocked))
+        end = max(b["_end"] for b in blocked)
+        start = min(start or end, min(b["_start"] for b in blocked))
+        for b in blocked:
+            del b["_start"], b["_end"]
     return [Finding("hung_tasks", "critical", "; ".join(parts), start, end, ev, fix, ranks,
-                    sorted({n for _, n, _ in blocked}), sorted(s for s in servers if s))]
+                    sorted({b["syscall"] for b in blocked}), sorted(s for s in servers if s))]
+
+
+def long_blocked(ctx: Context, limit: int) -> list[dict]:
+    """Syscalls that took `limit` ns or more: finished ones (syscall rows), and ones still in
+    progress in the agent's snapshots of blocked calls (a hung call never finishes)."""
+    out = []
+    sc = ctx.job.table("syscall")
+    if sc is not None:
+        sc = sc.filter(pc.greater_equal(sc["latency_ns"], limit))
+    if sc is not None and sc.num_rows:
+        sc = with_identity(ctx.job, sc.select(["host", "tgid", "syscall", "ts_enter", "ts_exit", "path"]))
+        for r in sc.to_pylist():
+            off = ctx.job.utc_offset_ns(r["host"])
+            out.append({"rank": r["rank"], "host": r["host"], "pid": r["tgid"], "syscall": r["syscall"],
+                        "path": r["path"], "seconds": _s(r["ts_exit"] - r["ts_enter"]), "still_blocked": False,
+                        "_start": r["ts_enter"] + off, "_end": r["ts_exit"] + off})
+    snaps = ctx.job.table("blocked")
+    if snaps is not None:
+        calls = snaps.group_by(["host", "tid", "tgid", "ts_enter", "syscall"]).aggregate(
+            [("ts", "max"), ("path", "max")])
+        calls = calls.filter(pc.greater_equal(pc.subtract(calls["ts_max"], calls["ts_enter"]), limit))
+        last = {c.meta.get("host", "?"): (c.meta.get("stop") or {}).get("monotonic_ns") for c in ctx.job.captures}
+        for r in with_identity(ctx.job, calls).to_pylist():
+            off = ctx.job.utc_offset_ns(r["host"])
+            stop = last.get(r["host"])
+            out.append({"rank": r["rank"], "host": r["host"], "pid": r["tgid"], "syscall": r["syscall"],
+                        "path": r["path_max"], "seconds": _s(r["ts_max"] - r["ts_enter"]),
+                        "still_blocked": bool(stop and r["ts_max"] >= stop - 2 * S),
+                        "_start": r["ts_enter"] + off, "_end": r["ts_max"] + off})
+    return sorted(out, key=lambda b: -b["seconds"])
 
 
 DETECTORS = (server_unresponsive, slot_saturation, hung_tasks, flush_commit_stall, straggler_rank,

@@ -25,20 +25,7 @@ typedef int rwf_t;  /* pwritev2's format names it; the headers BCC uses lack it 
 #define F_DUPFD_CLOEXEC_VAL 1030
 #define IOV_SUM_MAX 8
 
-struct inflight {
-    s64 ts_enter;
-    u64 count;
-    s64 offset;
-    u64 path1;
-    u64 path2;
-    s32 fd;
-    s32 fd2;
-    u32 flags;
-    u16 op;
-    u8 partial;
-    u8 skip;   /* an ignored fd's close: bump the generation, emit nothing */
-};
-
+/* struct inflight (agent/layouts.py INFLIGHT): a syscall between enter and exit. */
 BPF_HASH(inflight, u32, struct inflight, 16384);
 BPF_TABLE("lru_hash", u64, u64, fd_gen, 131072);
 BPF_TABLE("lru_hash", u64, u64, fd_ignore, 131072);
@@ -92,6 +79,7 @@ static __always_inline int enter(u16 op, s32 fd, s32 fd2, u64 count, s64 offset,
         in.skip = 1;
     }
     in.ts_enter = bpf_ktime_get_ns();
+    in.tgid = id >> 32;
     in.op = op;
     in.fd = fd;
     in.fd2 = fd2;

@@ -251,3 +251,42 @@ def test_cgroup_filter(tmp_path):
         os.rmdir(group)
     t = Capture.open(str(cap)).read("syscall")
     assert t is not None and set(t["tgid"].to_pylist()) == {inside.pid}
+
+
+def test_blocked_syscalls_are_snapshotted(tmp_path):
+    """A write that never returns (into a FIFO nobody reads) shows in the `blocked` table while
+    it lasts and in the final snapshot at stop, with its file; the analyzer calls it a hung
+    task once it has been blocked longer than the threshold."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code = ("import os,sys\n"
+            "fd=os.open(sys.argv[1],os.O_RDWR)\n"       # O_RDWR: the open itself does not wait
+            "os.write(fd,b'x'*4096)\n"
+            "print('ready',flush=True)\n"
+            "os.write(fd,b'y'*(1<<20))\n")              # a full pipe: blocks for good
+    agent = start_slotscope("record", "-o", str(tmp_path / "cap"), "--path", str(tmp_path), "--duration", "5")
+    try:
+        wait_recording(agent)
+        stuck = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE, text=True)
+        assert stuck.stdout.readline().strip() == "ready"
+        assert agent.wait(60) == 0, agent.stderr.read()
+    finally:
+        agent.kill()
+        stuck.kill()
+        stuck.wait()
+    cap = Capture.open(str(tmp_path / "cap"))
+    blocked = cap.read("blocked")
+    assert blocked is not None, "no blocked rows"
+    mine = blocked.filter(pc.equal(blocked["tgid"], stuck.pid)).to_pylist()
+    assert {r["syscall"] for r in mine} == {"write"} and {r["path"] for r in mine} == {str(fifo)}
+    assert len({r["ts"] for r in mine}) >= 2                 # seen in several snapshots
+    assert len({r["ts_enter"] for r in mine}) == 1           # ... as one call
+    ages = [r["ts"] - r["ts_enter"] for r in mine]
+    assert max(ages) >= 2e9 and max(ages) - min(ages) >= 1e9
+    assert max(r["ts"] for r in mine) >= cap.meta["stop"]["monotonic_ns"] - 1e9   # the final snapshot
+    res = slotscope("analyze", "--json", "--threshold", "hung_s=2", str(tmp_path / "cap"))
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["verdict"] == "hung_tasks", out["findings"]
+    [hung] = [f for f in out["findings"] if f["kind"] == "hung_tasks"]
+    assert hung["syscalls"] == ["write"]
