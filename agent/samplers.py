@@ -14,11 +14,14 @@ import time
 
 import pyarrow as pa
 
+from slotscope.analyzer.kernel_log import continues_report
+
 from .mounts import MountTable
 from .tables import KMSG, NETDEV
 
 # Kernel log lines worth keeping: NFS and RPC client and server messages, hung tasks.
 KMSG_PATTERN = re.compile(r"\bnfs|\brpc|\bsunrpc|lockd|not responding|hung_task|blocked for more than", re.I)
+HUNG_TASK = "blocked for more than"
 
 
 def _monotonic_ns() -> int:
@@ -84,12 +87,30 @@ class NetdevSampler:
 
 
 def _speed_bps(iface: str) -> int | None:
+    """The link speed from ethtool (an ioctl on a socket, so it is the agent's own network
+    namespace, where the route lookup was made; /sys/class/net may be another namespace's)."""
+    from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
     try:
-        with open(f"/sys/class/net/{iface}/speed") as f:
-            mbps = int(f.read().strip())
-    except (OSError, ValueError):
-        return None  # virtual links (veth, lo) have no speed
-    return mbps * 1_000_000 if mbps > 0 else None
+        tool = IoctlEthtool(iface)
+        try:
+            mbps = tool.get_link_settings().speed
+        finally:
+            tool.close()
+    except (EthtoolError, OSError):
+        return None     # lo and most virtual links have no speed
+    return mbps * 1_000_000 if 0 < mbps < 0xFFFFFFFF else None   # ~0: SPEED_UNKNOWN
+
+
+class KmsgFilter:
+    """Which kernel log lines to keep: NFS/RPC lines, and hung-task reports with their whole
+    call trace (its frames say where the task waits, NFS or not)."""
+
+    def __init__(self):
+        self._in_report = False
+
+    def keep(self, message: str) -> bool:
+        self._in_report = (self._in_report and continues_report(message)) or HUNG_TASK in message
+        return self._in_report or bool(KMSG_PATTERN.search(message))
 
 
 class KmsgReader:
@@ -100,6 +121,7 @@ class KmsgReader:
     def __init__(self):
         self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
         os.lseek(self.fd, 0, os.SEEK_END)
+        self.keep = KmsgFilter().keep
 
     def read(self) -> pa.Table | None:
         rows = []
@@ -115,7 +137,7 @@ class KmsgReader:
             head, _, message = raw.decode("utf-8", "replace").partition(";")
             message = message.split("\n", 1)[0]
             fields = head.split(",")
-            if len(fields) < 3 or not KMSG_PATTERN.search(message):
+            if len(fields) < 3 or not self.keep(message):
                 continue
             rows.append({"ts": int(fields[2]) * 1000, "level": int(fields[0]) & 7, "message": message})
         return pa.Table.from_pylist(rows, schema=KMSG) if rows else None

@@ -194,6 +194,11 @@ _NFS_FUNCTION = re.compile(r"nfs|rpc|xprt|lockd", re.I)
 _NFS_MODULES = re.compile(r"nfs\w*|sunrpc|lockd|rpcsec\w*")
 
 
+def continues_report(text: str) -> bool:
+    """A line that belongs to the hung-task report before it (a frame, or a header line)."""
+    return bool(_FRAME.match(text) or _REPORT_LINE.match(text))
+
+
 def fingerprints(messages: pa.Table) -> pa.Table:
     """One row per recognized event (FINGERPRINT_SCHEMA) in a table with a `message` column and
     optionally ts_mono_ns (or the kmsg table's `ts`), ts_utc_ns and host. A hung_task row collects
