@@ -48,7 +48,7 @@ def log_events(job: Job, kernel_log: pa.Table | None) -> pa.Table | None:
             host = pc.fill_null(fp["host"], next(iter(hosts)))
             fp = fp.set_column(fp.schema.get_field_index("host"), "host", host)
         if pc.any(mono).as_py():
-            known = pc.is_in(fp["host"], pa.array(sorted(hosts)))
+            known = pc.is_in(fp["host"], pa.array(sorted(hosts), pa.string()))
             guess = job.to_utc(pc.fill_null(fp["host"], "?"), pc.fill_null(fp["ts_mono_ns"], 0))
             fp = fp.set_column(fp.schema.get_field_index("ts_utc_ns"), "ts_utc_ns",
                                pc.if_else(pc.and_(mono, pc.fill_null(known, False)), guess, fp["ts_utc_ns"]))

@@ -110,20 +110,24 @@ class Capture:
     def _read_segment(self, table: str, seg: str) -> pa.Table | None:
         rel = os.path.relpath(seg, self.path)
         try:
-            with open(seg, "rb") as f:
-                data = f.read()
+            # Memory-mapped: the columns are the page cache's pages, not copies.
+            data = pa.memory_map(seg) if os.path.getsize(seg) else pa.py_buffer(b"")
+            head = data.read(len(ARROW_MAGIC)) if isinstance(data, pa.MemoryMappedFile) else b""
         except OSError as exc:
             self._problem(f"{rel}: unreadable ({exc.strerror})")
             return None
-        if not data.startswith(ARROW_MAGIC):
+        if head != ARROW_MAGIC:
             self._problem(f"{rel}: not an Arrow file, skipped")
             return None
         try:
-            t = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+            t = pa.ipc.open_file(data).read_all()
         except (pa.ArrowInvalid, OSError):
-            t = self._salvage(rel, data)
+            data.seek(0)
+            t = self._salvage(rel, data.read())
             if t is None:
                 return None
+        finally:
+            data.close()     # the mapping lives on with the table; the fd need not (long captures)
         self._check_version(table, rel, t.schema)
         return t
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .job import WRITE_SYSCALLS, Job, iso_utc
+from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
 from .ranks import FLUSH_SYSCALLS, RANK_KEYS, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
@@ -317,6 +317,10 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
         ev["commit_rpcs"] = commits.num_rows
         ev["commit_execute_s"] = _s(pc.sum(commits["execute_ns"]).as_py())
         ev["commit_mean_ms"] = round(pc.mean(commits["execute_ns"]).as_py() / 1e6, 3)
+        # The server's part is the round trip: execute also holds the waits for a slot and to transmit.
+        answered = commits.filter(pc.equal(commits["complete"], 1))
+        if answered.num_rows:
+            ev["commit_mean_rtt_ms"] = round(pc.mean(answered["rtt_ns"]).as_py() / 1e6, 3)
     flushed = median(r["bytes_written"] for r in savers)
     fsyncs = calls["fsync"]["count"] + calls["fdatasync"]["count"]
     ev["median_bytes_per_rank"] = flushed
@@ -330,8 +334,9 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
            f"({_bytes(flushed)} per rank here). Start writeback while writing (sync_file_range(SYNC_FILE_RANGE_"
            "WRITE) every few MiB, or a lower vm.dirty_background_bytes), fsync once per file rather than per "
            "chunk, and overlap the flush with training (save from a background thread)")
-    if ev.get("commit_mean_ms", 0) > 50:
-        fix += f"; COMMITs take {ev['commit_mean_ms']:.0f} ms each: the server's stable storage is slow"
+    if ev.get("commit_mean_rtt_ms", 0) > 50:
+        fix += (f"; COMMITs take {ev['commit_mean_rtt_ms']:.0f} ms each at the server (round trip): its stable "
+                "storage is slow")
     start = min(r["save_start_ns"] for r in stalled or savers)
     end = max(r["save_end_ns"] for r in stalled or savers)
     return [Finding("flush_commit_stall", "warning", summary, start, end, ev, fix, rank_ids(stalled),
@@ -431,7 +436,17 @@ def metadata_storm(ctx: Context) -> list[Finding]:
            "avoid exists()/stat() polling and per-tensor files (write one file per rank), and do not "
            "rename/unlink many small files; attribute caching (actimeo) helps repeated GETATTRs")
     return [Finding("metadata_storm", "warning", summary, *(ctx.window or (None, None)), ev, fix,
-                    rank_ids(heavy), [k for k, _ in top if k in METADATA_SYSCALLS][:4], _servers(ctx))]
+                    rank_ids(heavy), _metadata_syscalls(savers), _servers(ctx))]
+
+
+def _metadata_syscalls(savers: list[dict]) -> list[str]:
+    """The metadata syscalls the ranks spent most time in (by_op names RPCs when they were seen)."""
+    spent: dict[str, int] = {}
+    for r in savers:
+        for name, s in r["syscalls"].items():
+            if name in METADATA_SYSCALLS:
+                spent[name] = spent.get(name, 0) + s["total_ns"]
+    return [k for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0][:4]
 
 
 # --- straggler_rank ---------------------------------------------------------------------
@@ -539,10 +554,11 @@ def long_blocked(ctx: Context, limit: int) -> list[dict]:
     """Syscalls that took `limit` ns or more: finished ones (syscall rows), and ones still in
     progress in the agent's snapshots of blocked calls (a hung call never finishes)."""
     out = []
-    sc = ctx.job.table("syscall")
-    if sc is not None:
-        sc = sc.filter(pc.greater_equal(sc["latency_ns"], limit))
+    slow = [with_host(t.filter(pc.greater_equal(t["latency_ns"], limit)), cap.meta.get("host", "?"))
+            for cap, t in ctx.job.per_capture("syscall")]
+    sc = pa.concat_tables(slow, promote_options="permissive") if slow else None
     if sc is not None and sc.num_rows:
+        sc = sc.set_column(sc.schema.get_field_index("syscall"), "syscall", pc.cast(sc["syscall"], pa.string()))
         sc = with_identity(ctx.job, sc.select(["host", "tgid", "syscall", "ts_enter", "ts_exit", "path"]))
         for r in sc.to_pylist():
             off = ctx.job.utc_offset_ns(r["host"])

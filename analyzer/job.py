@@ -1,7 +1,9 @@
 """One or many captures (one per node) as one job: tables stacked with their host."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,25 +27,43 @@ def iso_utc(ns: int | None) -> str | None:
     return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
 
 
+def with_host(t: pa.Table, host: str) -> pa.Table:
+    return t.append_column("host", pa.array([host], pa.string()).take(pa.array(np.zeros(t.num_rows, np.int32))))
+
+
 @dataclass
 class Job:
     captures: list[Capture]
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def open(cls, paths: list[str]) -> "Job":
         return cls(open_captures(paths))
 
+    def memo(self, key, compute):
+        """compute() once per job: a job's captures do not change under it (a live capture is
+        re-read into a new Job)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
     def table(self, name: str) -> pa.Table | None:
-        """The table from every capture, with a `host` column, or None when no capture has rows."""
-        parts = []
+        """The table from every capture, with a `host` column, or None when no capture has rows.
+        (Per-capture work on big tables is cheaper: see per_capture.)"""
+        return self.memo(("table", name), lambda: self._stack(name))
+
+    def _stack(self, name: str) -> pa.Table | None:
+        parts = [with_host(t, cap.meta.get("host", "?")) for cap, t in self.per_capture(name)]
+        return pa.concat_tables(parts, promote_options="permissive") if parts else None
+
+    def per_capture(self, name: str) -> list[tuple[Capture, pa.Table]]:
+        """(capture, its rows of the table) for the captures that have some."""
+        out = []
         for cap in self.captures:
             t = cap.read(name)
             if t is not None:
-                host = cap.meta.get("host", "?")
-                parts.append(t.append_column("host", pa.array([host] * t.num_rows, pa.string())))
-        if not parts:
-            return None
-        return pa.concat_tables(parts, promote_options="permissive")
+                out.append((cap, t))
+        return out
 
     def identities(self) -> pa.Table | None:
         """The best identity of each (host, tgid): complete before incomplete, then the last

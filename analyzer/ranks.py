@@ -1,13 +1,12 @@
 """Per-rank attribution of the traced syscalls: who wrote what, when, and where it waited."""
 from __future__ import annotations
 
-from collections import Counter
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .attribution import attributed_rpcs
-from .job import WRITE_SYSCALLS, Job, iso_utc
+from .calls import file_calls
+from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
 
 # Calls that wait for dirty pages to reach the server (NFS flushes on close: close-to-open).
 FLUSH_SYSCALLS = ("close", "fsync", "fdatasync", "sync_file_range")
@@ -29,6 +28,7 @@ def with_identity(job: Job, sc: pa.Table, tgid: str = "tgid") -> pa.Table:
 
 
 def syscall_rows(job: Job) -> pa.Table | None:
+    """The syscall rows of every capture with their host, syscall names decoded."""
     sc = job.table("syscall")
     if sc is None:
         return None
@@ -36,40 +36,59 @@ def syscall_rows(job: Job) -> pa.Table | None:
     return sc.set_column(2, "syscall", pc.cast(sc["syscall"], pa.string()))
 
 
+def per_process(job: Job) -> pa.Table | None:
+    """file_calls() per (host, tgid, syscall)."""
+    calls = file_calls(job)
+    if calls is None:
+        return None
+    g = calls.group_by(["host", "tgid", "syscall"]).aggregate([
+        ("latency_ns_count", "sum"), ("latency_ns_sum", "sum"), ("latency_ns_max", "max"), ("bytes_sum", "sum"),
+        ("ts_enter_min", "min"), ("ts_exit_max", "max")])
+    return g.rename_columns({f"{col}_{fn}": col for col, fn in
+                             (("latency_ns_count", "sum"), ("latency_ns_sum", "sum"), ("latency_ns_max", "max"),
+                              ("bytes_sum", "sum"), ("ts_enter_min", "min"), ("ts_exit_max", "max"))})
+
+
 def rank_table(job: Job) -> list[dict]:
     """One entry per rank (per process for processes without a rank), as in the JSON contract,
     with when its save started and ended (UTC ns: first syscall entered, last one returned)."""
-    sc = syscall_rows(job)
-    if sc is None:
+    procs = per_process(job)
+    if procs is None:
         return []
-    sc = with_identity(job, sc)
-    per_call = sc.group_by(RANK_KEYS + ["syscall"]).aggregate([
-        ("latency_ns", "count"), ("latency_ns", "sum"), ("latency_ns", "max"), ("bytes", "sum"),
-    ]).to_pylist()
-    who = sc.group_by(RANK_KEYS).aggregate([("tgid", "distinct"), ("comm", "distinct"),
-                                            ("ts_enter", "min"), ("ts_exit", "max")]).to_pylist()
+    procs = with_identity(job, procs)
     ranks: dict[tuple, dict] = {}
-    for w in who:
-        offset = job.utc_offset_ns(w["host"])
-        comms = Counter(c for c in w["comm_distinct"] if c)
-        start, end = w["ts_enter_min"] + offset, w["ts_exit_max"] + offset
-        ranks[(w["host"], w["rank"], w["solo"])] = {
-            "rank": w["rank"], "host": w["host"], "pids": sorted(w["tgid_distinct"]),
-            "comm": min(comms) if comms else None,
-            "bytes_written": 0, "write_rpcs": None, "write_rpc_bytes": None, "mean_rpc_bytes": None,
-            "syscalls": {}, "blocked_ns": 0, "flush_ns": 0, "slot_wait_ns": None,
-            "save_start_ns": start, "save_end_ns": end, "save_start": iso_utc(start), "save_end": iso_utc(end),
-            "save_s": (end - start) / 1e9,
-        }
-    for row in per_call:
-        r = ranks[(row["host"], row["rank"], row["solo"])]
-        r["syscalls"][row["syscall"]] = {"count": row["latency_ns_count"], "total_ns": row["latency_ns_sum"],
-                                         "max_ns": row["latency_ns_max"]}
+    comms: dict[tuple, set] = {}
+    for row in procs.to_pylist():
+        key = (row["host"], row["rank"], row["solo"])
+        offset = job.utc_offset_ns(row["host"])
+        start, end = row["ts_enter_min"] + offset, row["ts_exit_max"] + offset
+        r = ranks.get(key)
+        if r is None:
+            r = ranks[key] = {
+                "rank": row["rank"], "host": row["host"], "pids": [], "comm": None,
+                "bytes_written": 0, "write_rpcs": None, "write_rpc_bytes": None, "mean_rpc_bytes": None,
+                "syscalls": {}, "blocked_ns": 0, "flush_ns": 0, "slot_wait_ns": None,
+                "save_start_ns": start, "save_end_ns": end,
+            }
+        if row["tgid"] not in r["pids"]:
+            r["pids"].append(row["tgid"])
+        if row["comm"]:
+            comms.setdefault(key, set()).add(row["comm"])
+        r["save_start_ns"], r["save_end_ns"] = min(r["save_start_ns"], start), max(r["save_end_ns"], end)
+        s = r["syscalls"].setdefault(row["syscall"], {"count": 0, "total_ns": 0, "max_ns": 0})
+        s["count"] += row["latency_ns_count"]
+        s["total_ns"] += row["latency_ns_sum"]
+        s["max_ns"] = max(s["max_ns"], row["latency_ns_max"])
         r["blocked_ns"] += row["latency_ns_sum"]
         if row["syscall"] in FLUSH_SYSCALLS:
             r["flush_ns"] += row["latency_ns_sum"]
         if row["syscall"] in WRITE_SYSCALLS:
             r["bytes_written"] += row["bytes_sum"] or 0
+    for key, r in ranks.items():
+        r["pids"].sort()
+        r["comm"] = min(comms[key]) if key in comms else None
+        r.update(save_start=iso_utc(r["save_start_ns"]), save_end=iso_utc(r["save_end_ns"]),
+                 save_s=(r["save_end_ns"] - r["save_start_ns"]) / 1e9)
     _charge_rpcs(job, ranks)
     return sorted(ranks.values(), key=lambda r: (r["rank"] is None, r["rank"] or 0, r["host"], r["pids"]))
 

@@ -14,6 +14,13 @@ def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.1f}"
 
 
+def _rate(bps: float) -> str:
+    for unit, div in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if bps >= div:
+            return f"{bps / div:.1f} {unit}"
+    return f"{bps:.0f} b/s"
+
+
 def _s(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e9:,.2f}"
 
@@ -108,15 +115,16 @@ def _transport_rows(transports: list[dict]) -> list[str]:
         link = t["link"]
         if link:
             speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "speed unknown"
-            util = "" if link["mean_util"] is None else f", mean {100 * link['mean_util']:.1f}%"
-            link_text = f"{link['iface']} {speed}, {link['mean_tx_bps'] / 1e6:.1f} Mb/s out{util}"
+            util = "" if link["mean_util"] is None else f" ({100 * link['mean_util']:.1f}%)"
+            link_text = f"{link['iface']} {speed}, {_rate(link['mean_tx_bps'])} out{util}"
         else:
             link_text = "-"
         full = "-" if t["saturated_fraction"] is None else f"{100 * t['saturated_fraction']:.0f}%"
         slots = t["max_slots"] if not t.get("session_slots") else f"{t['max_slots']}/{t['session_slots']}"
-        out.append(f"{t['host'][:10]:<10} {(t['server'] or '?')[:22]:<22} {slots or '?':>6} "
-                   f"{'-' if t['peak_in_use'] is None else t['peak_in_use']:>5} {full:>5} "
-                   f"{'-' if t['backlog_peak'] is None else t['backlog_peak']:>7}  {link_text}")
+        row = (f"{t['host'][:10]:<10} {(t['server'] or '?')[:22]:<22} {slots or '?':>6} "
+               f"{'-' if t['peak_in_use'] is None else t['peak_in_use']:>5} {full:>5} "
+               f"{'-' if t['backlog_peak'] is None else t['backlog_peak']:>7}  ")
+        out.append(row + link_text[:WIDTH - len(row)])
     return out
 
 
@@ -131,8 +139,9 @@ def _proc_rows(by_proc: dict) -> list[str]:
         per = {k: p[k] / n for k in ("slot_wait_ns", "transmit_wait_ns", "rtt_ns", "execute_ns")}
         out.append(f"{name:<12} {n:>7,} {size(p['bytes']):>10} {_ms(per['slot_wait_ns']):>9} "
                    f"{_ms(per['transmit_wait_ns']):>9} {_ms(per['rtt_ns']):>8} {_ms(per['execute_ns']):>8} "
-                   f"{_ms(p['p50_ns']):>8} {_ms(p['p99_ns']):>8}"
-                   + (f"  +{p['outstanding']} outstanding" if p.get("outstanding") else ""))
+                   f"{_ms(p['p50_ns']):>8} {_ms(p['p99_ns']):>8}")
+        if p.get("outstanding"):
+            out.append(f"{'':<12} {'+' + str(p['outstanding']):>7}  still outstanding when recording stopped")
     return out
 
 

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""How fast is `slotscope analyze` on a big capture, against pandas, in one run.
+
+Generates a capture (default 50 M rows: syscall rows of 1,000 ranks, their WRITE RPCs,
+slot-table samples), then times, on the same files:
+  - slotscope: the whole analysis (open, read the memory-mapped segments, attribute,
+    every finding, per-rank and per-transport tables) as `slotscope analyze` runs it;
+  - pandas: a straightforward pandas version of one part of it, the per-rank summary
+    (rows per rank and syscall: count, total and max latency, bytes), including the
+    conversion from Arrow, as one would write it.
+Prints rows/s for each and their ratio. Needs pandas (pip install pandas).
+
+    bench/analyze.py [--rows 50e6] [--ranks 1000] [--keep DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from slotscope.agent.capture_writer import CaptureWriter  # noqa: E402
+from slotscope.agent.tables import PROCS, RPC, SCHEMAS, SLOTS, SYSCALL  # noqa: E402
+
+SEGMENT_ROWS = 2_000_000
+START = 1_000_000_000_000          # monotonic ns at capture start
+REALTIME = 1_796_000_000_000_000_000
+SYSCALLS = ("write", "pwrite64", "fsync", "close", "openat")
+SYSCALL_P = (0.80, 0.12, 0.03, 0.03, 0.02)
+RPC_SHARE = 0.04                   # WRITE RPCs per row
+SLOT_SHARE = 0.01
+
+
+def meta(duration_ns: int) -> dict:
+    return {"format": "slotscope-capture", "schema_version": 1, "slotscope_version": "bench", "host": "bench",
+            "kernel": "6.1.0-bench", "start": {"monotonic_ns": START, "realtime_ns": REALTIME},
+            "stop": {"monotonic_ns": START + duration_ns, "realtime_ns": REALTIME + duration_ns},
+            "nfs_mounts": [{"server": "10.0.0.1", "vers": "3", "proto": "tcp", "nconnect": "1"}],
+            "sunrpc": {"tcp_max_slot_table_entries": "128"}}
+
+
+def syscall_segment(rng, n: int, t0: int, span: int, ranks: int) -> pa.Table:
+    ts = t0 + np.sort(rng.integers(0, span, n))
+    lat = rng.gamma(2.0, 200_000, n).astype(np.int64)
+    tgid = (10_000 + rng.integers(0, ranks, n)).astype(np.uint32)
+    op = rng.choice(len(SYSCALLS), n, p=SYSCALL_P).astype(np.int8)
+    is_write = op <= 1
+    nbytes = np.where(is_write, 1 << 20, 0)
+    paths = pa.array([f"/mnt/nfs/ckpt/rank{r:04d}/shard.bin" for r in range(ranks)])
+    path = pc.take(paths, pa.array(tgid - 10_000))
+    return pa.Table.from_arrays([
+        pa.array(ts), pa.array(ts + lat), pa.array(lat), pa.array(tgid), pa.array(tgid),
+        pa.DictionaryArray.from_arrays(pa.array(op), pa.array(SYSCALLS)),
+        pa.array(np.full(n, 3, np.int32)), pa.array(nbytes), pa.array(nbytes, pa.int64(), mask=~is_write),
+        pa.array(nbytes.astype(np.uint64)), pa.array(np.full(n, -1, np.int64)), pa.array(np.zeros(n, np.int32)),
+        pa.array(np.zeros(n, np.uint32)), pa.array(np.zeros(n, bool)), path, pa.nulls(n, pa.string()),
+        pa.array(np.full(n, 30, np.uint64)), pa.array((tgid - 10_000 + 500_000).astype(np.uint64)),
+        pa.array(["nfs"] * 1, pa.string()).take(pa.array(np.zeros(n, np.int32))),
+    ], schema=SYSCALL)
+
+
+def rpc_segment(rng, n: int, t0: int, span: int, ranks: int) -> pa.Table:
+    begin = t0 + np.sort(rng.integers(0, span, n))
+    wait, rtt = rng.gamma(2.0, 2_000_000, n).astype(np.int64), rng.gamma(4.0, 500_000, n).astype(np.int64)
+    cols = {f.name: pa.array(np.zeros(n, f.type.to_pandas_dtype()), f.type) for f in RPC
+            if pa.types.is_integer(f.type)}
+    owner = (10_000 + rng.integers(0, ranks, n)).astype(np.uint32)
+    cols.update(ts_begin=pa.array(begin), ts_reserve_start=pa.array(begin), ts_reserved=pa.array(begin + wait),
+                ts_transmit_start=pa.array(begin + wait), ts_first_tx=pa.array(begin + wait),
+                ts_last_tx=pa.array(begin + wait), ts_end=pa.array(begin + wait + rtt),
+                owner_tgid=pa.array(owner), owner_tid=pa.array(owner), fileid=pa.array((owner - 10_000 + 500_000).astype(np.uint64)),
+                io_count=pa.array(np.full(n, 1 << 20, np.uint32)), io_stable=pa.array(np.zeros(n, np.uint32)),
+                io_dev=pa.array(np.full(n, 30, np.uint32)), complete=pa.array(np.ones(n, np.uint8)),
+                attempts=pa.array(np.ones(n, np.uint16)),
+                slot_wait_ns=pa.array(wait), backlog_ns=pa.array(wait), rtt_ns=pa.array(rtt),
+                execute_ns=pa.array(wait + rtt), transmit_wait_ns=pa.array(np.zeros(n, np.int64)),
+                rtt_us=pa.array((rtt // 1000).astype(np.uint64)), execute_us=pa.array(((wait + rtt) // 1000).astype(np.uint64)),
+                backlog_us=pa.array((wait // 1000).astype(np.uint64)))
+    cols["procname"] = pa.array(["WRITE"]).take(pa.array(np.zeros(n, np.int32)))
+    cols["progname"] = pa.array(["nfs"]).take(pa.array(np.zeros(n, np.int32)))
+    cols["server"] = pa.array(["10.0.0.1:2049"]).take(pa.array(np.zeros(n, np.int32)))
+    return pa.Table.from_pydict({f.name: cols.get(f.name, pa.nulls(n, f.type)) for f in RPC}, schema=RPC)
+
+
+def slot_segment(rng, n: int, t0: int, span: int) -> pa.Table:
+    ts = t0 + np.sort(rng.integers(0, span, n))
+    in_use = rng.integers(100, 129, n).astype(np.int32)
+    return pa.Table.from_pydict({
+        "ts": ts, "in_use": in_use, "backlog": np.where(in_use == 128, rng.integers(0, 50, n), 0).astype(np.int32),
+        "session_wait": np.zeros(n, np.int32), "sending": np.zeros(n, np.int32), "pending": in_use,
+        "client_id": np.full(n, 3, np.uint32), "server": ["10.0.0.1:2049"] * n}, schema=SLOTS)
+
+
+def generate(path: str, rows: int, ranks: int) -> dict:
+    rng = np.random.default_rng(7)
+    span = 600_000_000_000                       # a 10-minute save
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta(span))
+    counts = {"syscall": 0, "rpc": 0, "slots": 0}
+    w.append("procs", pa.Table.from_pylist([
+        {"ts": START, "tgid": 10_000 + r, "ppid": 1, "comm": "python", "cmdline": "python train.py",
+         "cgroup": "", "rank": r, "local_rank": r % 8, "world_size": ranks, "rank_env": [("RANK", str(r))],
+         "rank_source": "env", "inherited_from": None, "complete": True} for r in range(ranks)], schema=PROCS))
+    segments = max(1, rows // SEGMENT_ROWS)
+    per = rows // segments
+    for i in range(segments):
+        t0 = START + i * span // segments
+        n_rpc, n_slot = int(per * RPC_SHARE), int(per * SLOT_SHARE)
+        parts = (("syscall", syscall_segment(rng, per - n_rpc - n_slot, t0, span // segments, ranks)),
+                 ("rpc", rpc_segment(rng, n_rpc, t0, span // segments, ranks)),
+                 ("slots", slot_segment(rng, n_slot, t0, span // segments)))
+        for name, table in parts:
+            w.append(name, table)
+            counts[name] += table.num_rows
+        w.tick()
+    w.close()
+    return counts
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run_slotscope(path: str) -> tuple[float, float, dict]:
+    from slotscope.analyzer.analysis import analyze
+    from slotscope.analyzer.job import Job
+    t, c = time.perf_counter(), cpu()
+    result = analyze(Job.open([path]), "bench")
+    return time.perf_counter() - t, cpu() - c, result
+
+
+def run_pandas(path: str) -> tuple[float, float, object]:
+    """The per-rank summary as one would write it in pandas, from the same Arrow files."""
+    import glob
+
+    import pandas as pd
+    t, c = time.perf_counter(), cpu()
+    frames = []
+    for seg in sorted(glob.glob(os.path.join(path, "syscall", "*.arrow"))):
+        with pa.memory_map(seg) as src:
+            frames.append(pa.ipc.open_file(src).read_all().to_pandas())
+    sc = pd.concat(frames, ignore_index=True)
+    procs = pd.concat([pa.ipc.open_file(pa.memory_map(s)).read_all().to_pandas()
+                       for s in sorted(glob.glob(os.path.join(path, "procs", "*.arrow")))])
+    sc = sc.merge(procs[["tgid", "rank"]], on="tgid", how="left")
+    summary = sc.groupby(["rank", "syscall"], observed=True).agg(
+        count=("latency_ns", "size"), total_ns=("latency_ns", "sum"), max_ns=("latency_ns", "max"),
+        bytes=("bytes", "sum"))
+    return time.perf_counter() - t, cpu() - c, summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=float, default=50e6)
+    ap.add_argument("--ranks", type=int, default=1000)
+    ap.add_argument("--keep", metavar="DIR", help="keep (or reuse) the generated capture here")
+    a = ap.parse_args()
+    tmp = None
+    path = a.keep
+    if path is None:
+        tmp = tempfile.mkdtemp(prefix="slotscope-bench-")
+        path = os.path.join(tmp, "capture")
+    try:
+        if not os.path.exists(os.path.join(path, "meta.json")):
+            t = time.perf_counter()
+            counts = generate(path, int(a.rows), a.ranks)
+            size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+            print(f"generated {sum(counts.values()):,} rows ({counts}) in {time.perf_counter() - t:.1f} s, "
+                  f"{size / 2**30:.1f} GiB")
+        from slotscope.analyzer.capture import Capture
+        cap = Capture.open(path)
+        rows = sum(cap.read(t).num_rows for t in ("syscall", "rpc", "slots"))
+        sc_rows = cap.read("syscall").num_rows
+        del cap
+        import pandas  # noqa: F401  imports are not what is measured
+        import pyarrow.dataset  # noqa: F401
+        wall, cpu_s, result = run_slotscope(path)
+        p_wall, p_cpu, summary = run_pandas(path)
+        # the same per-rank numbers, or the comparison means nothing
+        ours = {(r["rank"], name): s["count"] for r in result["ranks"] for name, s in r["syscalls"].items()}
+        theirs = {(int(k[0]), k[1]): int(v) for k, v in summary["count"].items()}
+        assert ours == theirs, "slotscope and pandas disagree on the per-rank counts"
+        print(f"{'':<44} {'wall s':>8} {'cpu s':>8} {'rows/s':>14} {'vs pandas':>10}")
+        print(f"{'slotscope analyze (whole analysis)':<44} {wall:>8.2f} {cpu_s:>8.2f} {rows / wall:>14,.0f} "
+              f"{p_wall / wall:>9.1f}x")
+        print(f"{'pandas per-rank summary (syscall rows only)':<44} {p_wall:>8.2f} {p_cpu:>8.2f} "
+              f"{sc_rows / p_wall:>14,.0f} {1:>9.1f}x")
+        print(f"verdict {result['verdict']}, {len(result['ranks'])} ranks, {len(result['findings'])} findings; "
+              f"goal: >= 50,000,000 rows/s and >= 10x pandas")
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
