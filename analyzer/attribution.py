@@ -78,11 +78,10 @@ def _attribute(rpc: pa.Table, calls: pa.Table | None, sc: pa.Table | None) -> pa
         direct = pc.fill_null(pc.is_in(rpc["owner_tgid"], pc.unique(wr["writer"])), False)
         # Captures from before the rpc rows carried their file (fileid, io_dev) have only direct.
         if wr.num_rows and {"fileid", "io_dev"} <= set(rpc.column_names):
-            left = pa.table({
-                "dev": pc.cast(user_dev(pc.cast(rpc["io_dev"], pa.uint64())), pa.uint64()),
-                "ino": rpc["fileid"], "t": rpc["ts_begin"], "row": rpc["row"],
-            }).filter(pc.and_(pc.greater(rpc["fileid"], 0), pc.invert(direct))).sort_by("t")
+            left = pa.table({"dev": rpc["io_dev"], "ino": rpc["fileid"], "t": rpc["ts_begin"], "row": rpc["row"]})
+            left = left.filter(pc.and_(pc.greater(rpc["fileid"], 0), pc.invert(direct))).sort_by("t")
             if left.num_rows:
+                left = left.set_column(0, "dev", pc.cast(user_dev(pc.cast(left["dev"], pa.uint64())), pa.uint64()))
                 joined = left.join_asof(wr, on="t", by=["dev", "ino"], tolerance=-(1 << 62))
                 joined = joined.filter(pc.is_valid(joined["writer"])).sort_by("row")
                 # scatter the found writers back to their rows

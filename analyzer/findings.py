@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
-from .ranks import FLUSH_SYSCALLS, RANK_KEYS, with_identity
+from .ranks import FLUSH_SYSCALLS, RANK_KEYS, blocked_calls, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
@@ -72,7 +72,7 @@ class Context:
         m = pc.and_(pc.equal(self.rpc["host"], host), pc.equal(self.rpc["server"], server))
         if proc:
             m = pc.and_(m, pc.equal(self.rpc["procname"], proc))
-        return self.rpc.filter(m)
+        return self.rpc if pc.all(m).as_py() else self.rpc.filter(m)   # filter copies every column
 
     def top_syscalls(self, entries: list[dict], n: int = 3) -> list[str]:
         total: dict[str, int] = {}
@@ -91,7 +91,9 @@ def _s(ns: float | None) -> float | None:
 
 
 def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{100 * x:.0f}%"
+    if x is None:
+        return "?"
+    return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.2g}%"
 
 
 def _bytes(n: float) -> str:
@@ -120,10 +122,14 @@ def slot_saturation(ctx: Context) -> list[Finding]:
         writes = ctx.rpcs_to(tr["host"], tr["server"], "WRITE")
         if frac is None or writes is None or writes.num_rows == 0:
             continue
-        done = writes.filter(pc.equal(writes["complete"], 1))
+        done = writes.select(["complete", "execute_ns", "slot_wait_ns", "session_sleep_ns", "io_count", "rtt_ns",
+                              "ts_end", "ts_reserved"])
+        done = done.filter(pc.equal(done["complete"], 1))
         execute = pc.sum(done["execute_ns"]).as_py() or 0
         # Waiting for a transport slot, and on NFSv4.1+ for a session slot before that.
-        wait = (pc.sum(done["slot_wait_ns"]).as_py() or 0) + (pc.sum(done["session_sleep_ns"]).as_py() or 0)
+        session_wait = pc.sum(done["session_sleep_ns"]).as_py() or 0
+        wait = (pc.sum(done["slot_wait_ns"]).as_py() or 0) + session_wait
+        table = "NFSv4.1 session slot table" if session_wait > wait / 2 else "slot table"
         wait_share = wait / execute if execute else 0.0
         if frac < ctx.th.saturated_share or wait_share < ctx.th.slot_wait_share:
             continue
@@ -154,7 +160,7 @@ def slot_saturation(ctx: Context) -> list[Finding]:
             "link_mean_util": link.get("mean_util"), "link_peak_util": link.get("peak_util"),
             "link_mean_tx_bps": link.get("mean_tx_bps"),
         }
-        summary = (f"slot table toward {tr['server']} full {_pct(frac)} of the save "
+        summary = (f"{table} toward {tr['server']} full {_pct(frac)} of the save "
                    f"({tr['peak_in_use']} in use, up to {tr['backlog_peak']} RPCs waiting for a slot); "
                    f"slot wait is {_pct(wait_share)} of WRITE time")
         if ceiling:
@@ -167,22 +173,23 @@ def slot_saturation(ctx: Context) -> list[Finding]:
         affected = [r for r in ctx.savers() if (r["slot_wait_ns"] or 0) > 0]
         out.append(Finding(
             "slot_saturation", "critical" if frac >= ctx.th.saturated_share_critical else "warning",
-            summary, *(ctx.window or (None, None)), ev, _saturation_fix(tr, size),
+            summary, *(ctx.window or (None, None)), ev, _saturation_fix(tr, size, table != "slot table"),
             rank_ids(affected), ctx.top_syscalls(affected), [tr["server"]]))
     return out
 
 
-def _saturation_fix(tr: dict, write_bytes: float) -> str:
+def _saturation_fix(tr: dict, write_bytes: float, session_bound: bool) -> str:
     mount = tr["mount"] or {}
-    vers = str(mount.get("vers") or "")
     nconnect = mount.get("nconnect") or 1
     steps = []
-    if vers.startswith(("4.1", "4.2")):
-        steps.append(f"raise the NFSv4.1 session slots (client: nfs.max_session_slots, now "
-                     f"{tr['session_slots'] or '?'}; the server grants at most its own limit) and remount")
-    steps.append(f"raise the transport slot table (sysctl sunrpc.tcp_max_slot_table_entries, now "
-                 f"{tr['max_slots'] or '?'}, takes effect on new mounts) or mount with nconnect=8 "
-                 f"(now {nconnect}) to spread RPCs over more connections")
+    if session_bound:
+        steps.append(f"raise the NFSv4.1 session slots (client: /sys/module/nfs/parameters/max_session_slots, "
+                     f"now {tr['session_slots'] or '?'}, then remount; the server grants at most its own limit, "
+                     "so check the server's session slot setting too)")
+    else:
+        steps.append(f"raise the transport slot table (sysctl sunrpc.tcp_max_slot_table_entries, now "
+                     f"{tr['max_slots'] or '?'}, takes effect on new mounts) or mount with nconnect=8 "
+                     f"(now {nconnect}) to spread RPCs over more connections")
     if write_bytes and write_bytes < 256 * 1024:
         steps.append(f"send fewer, larger WRITEs: the mean WRITE is {_bytes(write_bytes)}; write through the "
                      "page cache in large chunks and fsync once per file instead of O_SYNC/O_DIRECT small writes")
@@ -195,7 +202,8 @@ def server_unresponsive(ctx: Context) -> list[Finding]:
     th, out = ctx.th, []
     servers = set()
     if ctx.rpc is not None:
-        servers |= set(zip(ctx.rpc["host"].to_pylist(), ctx.rpc["server"].to_pylist()))
+        servers |= {(k["host"], k["server"]) for k in
+                    ctx.rpc.group_by(["host", "server"]).aggregate([]).to_pylist()}
     log_lines = _log_by_server(ctx.log)
     for host, server in sorted(servers, key=lambda k: (k[0], k[1] or "")):
         rpcs = ctx.rpcs_to(host, server)
@@ -286,10 +294,11 @@ def _stop_utc(job: Job, host: str) -> int:
 
 
 def _ranks_blocked_in(ctx: Context, start: int | None, end: int | None) -> list[int]:
-    """Ranks with a syscall that was in progress somewhere in [start, end]."""
+    """Ranks whose save was under way somewhere in [start, end] (a rank still blocked at the
+    stop has its save open until then: rank_table reads the agent's blocked-call snapshots)."""
     if start is None or end is None:
         return []
-    return rank_ids([r for r in ctx.savers() if r["save_start_ns"] <= end and r["save_end_ns"] >= start])
+    return rank_ids([r for r in ctx.ranks if r["save_start_ns"] <= end and r["save_end_ns"] >= start])
 
 
 # --- flush_commit_stall -----------------------------------------------------------------
@@ -312,7 +321,10 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
     ev = {"median_flush_s": round(flush_s, 3), "median_flush_share": round(share, 3),
           "link_mean_util": util, "calls": {k: v for k, v in calls.items() if v["count"]},
           "ranks_stalled": len(stalled), "ranks": len(savers)}
-    commits = None if ctx.rpc is None else ctx.rpc.filter(pc.equal(ctx.rpc["procname"], "COMMIT"))
+    commits = None
+    if ctx.rpc is not None:
+        commits = ctx.rpc.select(["procname", "complete", "execute_ns", "rtt_ns"])
+        commits = commits.filter(pc.equal(commits["procname"], "COMMIT"))
     if commits is not None and commits.num_rows:
         ev["commit_rpcs"] = commits.num_rows
         ev["commit_execute_s"] = _s(pc.sum(commits["execute_ns"]).as_py())
@@ -337,9 +349,16 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
     if ev.get("commit_mean_rtt_ms", 0) > 50:
         fix += (f"; COMMITs take {ev['commit_mean_rtt_ms']:.0f} ms each at the server (round trip): its stable "
                 "storage is slow")
+    # Without the link's capacity a flush that keeps the link busy looks the same as a stall,
+    # unless the server's COMMITs take a large part of it.
+    commit_s = (ev.get("commit_mean_rtt_ms") or 0) * (ev.get("commit_rpcs") or 0) / 1e3
+    commit_bound = commit_s >= 0.3 * sum(r["flush_ns"] for r in savers) / S
+    severity = "warning" if util is not None or commit_bound else "info"
+    if severity == "info":
+        summary += "; the link's capacity is unknown, so a flush that keeps it busy cannot be told from a stall"
     start = min(r["save_start_ns"] for r in stalled or savers)
     end = max(r["save_end_ns"] for r in stalled or savers)
-    return [Finding("flush_commit_stall", "warning", summary, start, end, ev, fix, rank_ids(stalled),
+    return [Finding("flush_commit_stall", severity, summary, start, end, ev, fix, rank_ids(stalled),
                     [k for k in FLUSH_SYSCALLS if calls[k]["count"]], _servers(ctx))]
 
 
@@ -353,15 +372,20 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
     th = ctx.th
     if ctx.rpc is None:
         return []
-    writes = ctx.rpc.filter(pc.and_(pc.equal(ctx.rpc["procname"], "WRITE"), pc.is_valid(ctx.rpc["attributed_tgid"])))
+    writes = ctx.rpc.select(["host", "attributed_tgid", "io_count", "io_stable", "procname"])
+    writes = writes.filter(pc.and_(pc.equal(writes["procname"], "WRITE"), pc.is_valid(writes["attributed_tgid"])))
     if writes.num_rows == 0:
         return []
     small = pc.and_(pc.less(writes["io_count"], int(th.small_write_bytes)), pc.greater(writes["io_stable"], 0))
     writes = writes.append_column("small_sync", pc.cast(small, pa.int64()))
-    writes = with_identity(ctx.job, writes.select(["host", "attributed_tgid", "io_count", "io_stable", "small_sync"]),
-                           tgid="attributed_tgid")
-    per = writes.group_by(RANK_KEYS).aggregate([("small_sync", "sum"), ("small_sync", "count"),
-                                                ("io_count", "mean")]).to_pylist()
+    # per process first (the rows are many), then per rank
+    per = writes.group_by(["host", "attributed_tgid"]).aggregate([("small_sync", "sum"), ("small_sync", "count"),
+                                                                  ("io_count", "sum")])
+    per = with_identity(ctx.job, per, tgid="attributed_tgid").group_by(RANK_KEYS).aggregate(
+        [("small_sync_sum", "sum"), ("small_sync_count", "sum"), ("io_count_sum", "sum")])
+    per = [{"host": g["host"], "rank": g["rank"], "solo": g["solo"], "small_sync_sum": g["small_sync_sum_sum"],
+            "small_sync_count": g["small_sync_count_sum"],
+            "io_count_mean": g["io_count_sum_sum"] / g["small_sync_count_sum"]} for g in per.to_pylist()]
     hit = [g for g in per if g["small_sync_sum"] >= th.small_sync_min_rpcs
            and g["small_sync_sum"] / g["small_sync_count"] >= th.small_sync_share]
     if not hit:
@@ -402,36 +426,42 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
 # --- metadata_storm ---------------------------------------------------------------------
 
 def metadata_storm(ctx: Context) -> list[Finding]:
+    """Metadata's share of the time the ranks spent in syscalls (what they waited for), or of
+    RPC time when no syscalls were traced. RPC execute times are not added up when syscalls
+    exist: RPCs queued together overlap, so their sum overweights a bulk flush."""
     th = ctx.th
     savers = ctx.savers()
+    count = spent = total = 0
+    by_syscall: dict[str, int] = {}
+    for r in savers:
+        for name, s in r["syscalls"].items():
+            total += s["total_ns"]
+            if name in METADATA_SYSCALLS:
+                count += s["count"]
+                spent += s["total_ns"]
+                by_syscall[name] = by_syscall.get(name, 0) + s["count"]
+    by_rpc: dict[str, int] = {}
     if ctx.rpc is not None and ctx.rpc.num_rows:
-        meta = pc.is_in(ctx.rpc["procname"], pa.array(sorted(METADATA_PROCS)))
-        total = pc.sum(ctx.rpc["execute_ns"]).as_py() or 0
-        m = ctx.rpc.filter(meta)
-        count, spent = m.num_rows, pc.sum(m["execute_ns"]).as_py() or 0
-        by = {r["procname"]: r["procname_count"] for r in m.group_by("procname").aggregate(
+        t = ctx.rpc.select(["procname", "execute_ns"])
+        m = t.filter(pc.is_in(t["procname"], pa.array(sorted(METADATA_PROCS))))
+        by_rpc = {r["procname"]: r["procname_count"] for r in m.group_by("procname").aggregate(
             [("procname", "count")]).to_pylist()}
-        source = "RPCs"
-    else:
-        count, spent, total, by = 0, 0, 0, {}
-        for r in savers:
-            for name, s in r["syscalls"].items():
-                total += s["total_ns"]
-                if name in METADATA_SYSCALLS:
-                    count += s["count"]
-                    spent += s["total_ns"]
-                    by[name] = by.get(name, 0) + s["count"]
-        source = "syscalls"
+        if not savers:
+            count, spent, total = m.num_rows, pc.sum(m["execute_ns"]).as_py() or 0, pc.sum(t["execute_ns"]).as_py() or 0
+    source = "syscalls" if savers else "RPCs"
     share = spent / total if total else 0
     if count < th.metadata_min_ops or share < th.metadata_share:
         return []
-    top = sorted(by.items(), key=lambda kv: -kv[1])
+    top = sorted((by_syscall if savers else by_rpc).items(), key=lambda kv: -kv[1])
     heavy = sorted(savers, key=lambda r: -sum(s["total_ns"] for n, s in r["syscalls"].items()
                                               if n in METADATA_SYSCALLS))[:8]
     ev = {"source": source, "metadata_ops": count, "share_of_time": round(share, 3), "by_op": dict(top),
-          "metadata_s": _s(spent), "total_s": _s(total)}
+          "metadata_rpcs": dict(sorted(by_rpc.items(), key=lambda kv: -kv[1])), "metadata_s": _s(spent),
+          "total_s": _s(total)}
     summary = (f"metadata {source} take {_pct(share)} of the time: "
                + ", ".join(f"{n} {k}" for k, n in top[:4]))
+    if savers and by_rpc:
+        summary += " (RPCs: " + ", ".join(f"{n} {k}" for k, n in sorted(by_rpc.items(), key=lambda kv: -kv[1])[:4]) + ")"
     fix = ("cut metadata round trips: create the checkpoint directories once (not per rank and step), "
            "avoid exists()/stat() polling and per-tensor files (write one file per rank), and do not "
            "rename/unlink many small files; attribute caching (actimeo) helps repeated GETATTRs")
@@ -553,31 +583,29 @@ def hung_tasks(ctx: Context) -> list[Finding]:
 def long_blocked(ctx: Context, limit: int) -> list[dict]:
     """Syscalls that took `limit` ns or more: finished ones (syscall rows), and ones still in
     progress in the agent's snapshots of blocked calls (a hung call never finishes)."""
-    out = []
+    out, finished = [], set()
     slow = [with_host(t.filter(pc.greater_equal(t["latency_ns"], limit)), cap.meta.get("host", "?"))
             for cap, t in ctx.job.per_capture("syscall")]
     sc = pa.concat_tables(slow, promote_options="permissive") if slow else None
     if sc is not None and sc.num_rows:
         sc = sc.set_column(sc.schema.get_field_index("syscall"), "syscall", pc.cast(sc["syscall"], pa.string()))
-        sc = with_identity(ctx.job, sc.select(["host", "tgid", "syscall", "ts_enter", "ts_exit", "path"]))
+        sc = with_identity(ctx.job, sc.select(["host", "tid", "tgid", "syscall", "ts_enter", "ts_exit", "path"]))
         for r in sc.to_pylist():
+            finished.add((r["host"], r["tid"], r["ts_enter"]))
             off = ctx.job.utc_offset_ns(r["host"])
             out.append({"rank": r["rank"], "host": r["host"], "pid": r["tgid"], "syscall": r["syscall"],
                         "path": r["path"], "seconds": _s(r["ts_exit"] - r["ts_enter"]), "still_blocked": False,
                         "_start": r["ts_enter"] + off, "_end": r["ts_exit"] + off})
-    snaps = ctx.job.table("blocked")
-    if snaps is not None:
-        calls = snaps.group_by(["host", "tid", "tgid", "ts_enter", "syscall"]).aggregate(
-            [("ts", "max"), ("path", "max")])
-        calls = calls.filter(pc.greater_equal(pc.subtract(calls["ts_max"], calls["ts_enter"]), limit))
-        last = {c.meta.get("host", "?"): (c.meta.get("stop") or {}).get("monotonic_ns") for c in ctx.job.captures}
+    calls = blocked_calls(ctx.job)
+    if calls is not None:
+        calls = calls.filter(pc.greater_equal(pc.subtract(calls["ts"], calls["ts_enter"]), limit))
         for r in with_identity(ctx.job, calls).to_pylist():
+            if (r["host"], r["tid"], r["ts_enter"]) in finished:
+                continue        # snapshots of a call that returned later: its syscall row says it all
             off = ctx.job.utc_offset_ns(r["host"])
-            stop = last.get(r["host"])
             out.append({"rank": r["rank"], "host": r["host"], "pid": r["tgid"], "syscall": r["syscall"],
-                        "path": r["path_max"], "seconds": _s(r["ts_max"] - r["ts_enter"]),
-                        "still_blocked": bool(stop and r["ts_max"] >= stop - 2 * S),
-                        "_start": r["ts_enter"] + off, "_end": r["ts_max"] + off})
+                        "path": r["path"], "seconds": _s(r["ts"] - r["ts_enter"]), "still_blocked": r["at_stop"],
+                        "_start": r["ts_enter"] + off, "_end": r["ts"] + off})
     return sorted(out, key=lambda b: -b["seconds"])
 
 

@@ -49,32 +49,57 @@ def per_process(job: Job) -> pa.Table | None:
                               ("bytes_sum", "sum"), ("ts_enter_min", "min"), ("ts_exit_max", "max"))})
 
 
+def blocked_calls(job: Job) -> pa.Table | None:
+    """The agent's snapshots of blocked syscalls, one row per call: its entry, the last snapshot
+    that saw it (ts), and whether that was the final one (still blocked when recording stopped)."""
+    parts = []
+    for cap, t in job.per_capture("blocked"):
+        g = t.group_by(["tid", "tgid", "ts_enter", "syscall"]).aggregate([("ts", "max"), ("path", "max")])
+        stop = (cap.meta.get("stop") or {}).get("monotonic_ns")
+        at_stop = pc.greater_equal(g["ts_max"], (stop or 1 << 62) - 2_000_000_000)
+        g = pa.table({"tid": g["tid"], "tgid": g["tgid"], "ts_enter": g["ts_enter"], "syscall": g["syscall"],
+                      "ts": g["ts_max"], "path": g["path_max"], "at_stop": at_stop})
+        parts.append(with_host(g, cap.meta.get("host", "?")))
+    return pa.concat_tables(parts) if parts else None
+
+
 def rank_table(job: Job) -> list[dict]:
     """One entry per rank (per process for processes without a rank), as in the JSON contract,
     with when its save started and ended (UTC ns: first syscall entered, last one returned)."""
     procs = per_process(job)
-    if procs is None:
+    stuck = blocked_calls(job)
+    if procs is None and stuck is None:
         return []
-    procs = with_identity(job, procs)
     ranks: dict[tuple, dict] = {}
     comms: dict[tuple, set] = {}
-    for row in procs.to_pylist():
+
+    def entry(row: dict, start: int, end: int) -> dict:
         key = (row["host"], row["rank"], row["solo"])
         offset = job.utc_offset_ns(row["host"])
-        start, end = row["ts_enter_min"] + offset, row["ts_exit_max"] + offset
+        start, end = start + offset, end + offset
         r = ranks.get(key)
         if r is None:
             r = ranks[key] = {
                 "rank": row["rank"], "host": row["host"], "pids": [], "comm": None,
                 "bytes_written": 0, "write_rpcs": None, "write_rpc_bytes": None, "mean_rpc_bytes": None,
                 "syscalls": {}, "blocked_ns": 0, "flush_ns": 0, "slot_wait_ns": None,
-                "save_start_ns": start, "save_end_ns": end,
+                "save_start_ns": start, "save_end_ns": end, "blocked_at_stop": None,
             }
         if row["tgid"] not in r["pids"]:
             r["pids"].append(row["tgid"])
         if row["comm"]:
             comms.setdefault(key, set()).add(row["comm"])
         r["save_start_ns"], r["save_end_ns"] = min(r["save_start_ns"], start), max(r["save_end_ns"], end)
+        return r
+
+    # A call still blocked at the stop has no row of its own; its snapshots keep the rank's save open.
+    for row in with_identity(job, stuck).to_pylist() if stuck is not None else ():
+        r = entry(row, row["ts_enter"], row["ts"])
+        if row["at_stop"]:
+            r["blocked_at_stop"] = {"syscall": row["syscall"], "path": row["path"], "pid": row["tgid"],
+                                    "seconds": (row["ts"] - row["ts_enter"]) / 1e9}
+    for row in with_identity(job, procs).to_pylist() if procs is not None else ():
+        r = entry(row, row["ts_enter_min"], row["ts_exit_max"])
         s = r["syscalls"].setdefault(row["syscall"], {"count": 0, "total_ns": 0, "max_ns": 0})
         s["count"] += row["latency_ns_count"]
         s["total_ns"] += row["latency_ns_sum"]
@@ -101,14 +126,17 @@ def _charge_rpcs(job: Job, ranks: dict[tuple, dict]) -> None:
         return
     for r in ranks.values():
         r["write_rpcs"], r["write_rpc_bytes"], r["slot_wait_ns"] = 0, 0, 0
-    writes = rpcs.filter(pc.and_(pc.equal(rpcs["procname"], "WRITE"), pc.is_valid(rpcs["attributed_tgid"])))
-    writes = with_identity(job, writes.select(["host", "attributed_tgid", "io_count", "slot_wait_ns"]),
-                           tgid="attributed_tgid")
-    for g in writes.group_by(RANK_KEYS).aggregate([("io_count", "count"), ("io_count", "sum"),
-                                                   ("slot_wait_ns", "sum")]).to_pylist():
+    writes = rpcs.select(["host", "attributed_tgid", "io_count", "slot_wait_ns", "procname"])
+    writes = writes.filter(pc.and_(pc.equal(writes["procname"], "WRITE"), pc.is_valid(writes["attributed_tgid"])))
+    # per process first (the rows are many), then per rank
+    per = writes.group_by(["host", "attributed_tgid"]).aggregate([("io_count", "count"), ("io_count", "sum"),
+                                                                  ("slot_wait_ns", "sum")])
+    per = with_identity(job, per, tgid="attributed_tgid").group_by(RANK_KEYS).aggregate(
+        [("io_count_count", "sum"), ("io_count_sum", "sum"), ("slot_wait_ns_sum", "sum")])
+    for g in per.to_pylist():
         r = ranks.get((g["host"], g["rank"], g["solo"]))
         if r is not None:
-            r["write_rpcs"] = g["io_count_count"]
-            r["write_rpc_bytes"] = g["io_count_sum"] or 0
-            r["slot_wait_ns"] = g["slot_wait_ns_sum"] or 0
+            r["write_rpcs"] = g["io_count_count_sum"]
+            r["write_rpc_bytes"] = g["io_count_sum_sum"] or 0
+            r["slot_wait_ns"] = g["slot_wait_ns_sum_sum"] or 0
             r["mean_rpc_bytes"] = r["write_rpc_bytes"] / r["write_rpcs"] if r["write_rpcs"] else None

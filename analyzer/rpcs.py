@@ -16,25 +16,36 @@ SPANS = ("slot_wait_ns", "transmit_wait_ns", "backlog_ns", "rtt_ns", "execute_ns
 
 
 def by_proc(rpc: pa.Table | None) -> dict[str, dict]:
-    """procname -> count, bytes and summed spans of its completed RPCs, p50/p99 of execute."""
+    """procname -> count, bytes and summed spans of its completed RPCs, p50/p99/max of execute,
+    and how many were still outstanding at the stop."""
     if rpc is None:
         return {}
-    done = rpc.filter(pc.equal(rpc["complete"], 1))
+    sums = ("io_count",) + SPANS + ("session_sleep_ns", "retransmits", "timeouts")
+    t = rpc.select(("procname", "complete") + sums)
+    done = t.filter(pc.equal(t["complete"], 1))
+    g = done.group_by("procname").aggregate([(c, "sum") for c in sums] + [("execute_ns", "count")])
+    # exact percentiles: execute times sorted within each procedure
+    names = pc.dictionary_encode(done["procname"]).combine_chunks()
+    codes = names.indices.to_numpy(zero_copy_only=False)
+    ex = done["execute_ns"].to_numpy()
+    order = np.lexsort((ex, codes))
+    codes, ex = codes[order], ex[order]
+    starts = np.searchsorted(codes, np.arange(len(names.dictionary)))
+    ends = np.append(starts[1:], codes.size)
+    where = {name: (a, b) for name, a, b in zip(names.dictionary.to_pylist(), starts, ends)}
     out = {}
-    for name in sorted(pc.unique(done["procname"]).to_pylist()):
-        t = done.filter(pc.equal(done["procname"], name))
-        ex = np.sort(t["execute_ns"].to_numpy(zero_copy_only=False))
-        e = {"count": t.num_rows, "bytes": int(pc.sum(t["io_count"]).as_py() or 0),
-             **{s: int(pc.sum(t[s]).as_py() or 0) for s in SPANS},
-             "session_wait_ns": int(pc.sum(t["session_sleep_ns"]).as_py() or 0),
-             "p50_ns": int(ex[(ex.size - 1) // 2]), "p99_ns": int(ex[int(np.ceil(0.99 * ex.size)) - 1]),
-             "max_ns": int(ex[-1]), "retransmits": int(pc.sum(t["retransmits"]).as_py() or 0),
-             "timeouts": int(pc.sum(t["timeouts"]).as_py() or 0)}
-        out[name] = e
-    outstanding = rpc.filter(pc.equal(rpc["complete"], 0))
-    for name in pc.unique(outstanding["procname"]).to_pylist():
-        n = pc.sum(pc.equal(outstanding["procname"], name)).as_py()
-        out.setdefault(name, {"count": 0})["outstanding"] = n
+    for row in sorted(g.to_pylist(), key=lambda r: r["procname"]):
+        a, b = where[row["procname"]]
+        n = b - a
+        out[row["procname"]] = {
+            "count": row["execute_ns_count"], "bytes": row["io_count_sum"] or 0,
+            **{sp: row[f"{sp}_sum"] or 0 for sp in SPANS},
+            "session_wait_ns": row["session_sleep_ns_sum"] or 0,
+            "p50_ns": int(ex[a + (n - 1) // 2]), "p99_ns": int(ex[a + int(np.ceil(0.99 * n)) - 1]),
+            "max_ns": int(ex[b - 1]), "retransmits": row["retransmits_sum"] or 0, "timeouts": row["timeouts_sum"] or 0}
+    outstanding = t.filter(pc.equal(t["complete"], 0)).group_by("procname").aggregate([("complete", "count")])
+    for row in outstanding.to_pylist():
+        out.setdefault(row["procname"], {"count": 0})["outstanding"] = row["complete_count"]
     return out
 
 
@@ -43,7 +54,7 @@ def silences(sent: np.ndarray, ended: np.ndarray, replied: np.ndarray, stop: int
     waited for one: (start, end, rpcs waiting at the end). `sent`/`ended` per RPC (ended:
     its reply or its end; RPCs still outstanding end at `stop`), `replied` marks the
     RPCs whose end is a reply (not a timeout error)."""
-    replies = np.unique(ended[replied])
+    replies = np.sort(ended[replied])
     bounds = np.concatenate(([np.iinfo(np.int64).min], replies, [stop]))
     out = []
     for i in np.flatnonzero(np.diff(bounds) >= min_ns):

@@ -88,7 +88,7 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
     keys = set()
     for t in (slots, rpc):
         if t is not None:
-            keys |= set(zip(t["host"].to_pylist(), t["server"].to_pylist()))
+            keys |= {(k["host"], k["server"]) for k in t.group_by(["host", "server"]).aggregate([]).to_pylist()}
     for host, server in sorted(keys, key=lambda k: (k[0], k[1] or "")):
         cap = next(c for c in job.captures if c.meta.get("host", "?") == host)
         offset = job.utc_offset_ns(host)
