@@ -10,10 +10,11 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .files import AT_FDCWD, UNKNOWN, FdTable, FileRegistry
 from .identity import Identities
-from .layouts import (BOOKKEEPING_OPS, CLONE_THREAD, DUP_OPS, OP_NAME, OP_NUMBER, OPEN_OPS, OPS,
+from .layouts import (BOOKKEEPING_OPS, CLONE_THREAD, DUP_OPS, NFS_CALLS, OP_NAME, OP_NUMBER, OPEN_OPS, OPS,
                       PROC_EXEC, PROC_EXIT, PROC_NEWTASK, WRITE_OPS)
 from .tables import BLOCKED, SYSCALL
 
@@ -26,11 +27,15 @@ _FD_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in FD_OPS), np.uint16)
 _WRITE_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in WRITE_OPS), np.uint16)
 _SYSCALL_TYPE = SYSCALL.field("syscall").type
 _OP_DICT = pa.array(("?",) + OPS, pa.string())   # index = op number
+# NFS_CALL_* bit sets -> "fsync+flush" (index = the bits; 0 -> null)
+_NFS_CALL_NAMES = pa.array([None] + ["+".join(n for i, n in enumerate(NFS_CALLS) if bits >> i & 1)
+                                     for bits in range(1, 1 << len(NFS_CALLS))], pa.string())
 
 
 class Decoder:
-    def __init__(self, registry: FileRegistry, identities: Identities, ignore_fd=None):
+    def __init__(self, registry: FileRegistry, identities: Identities, ignore_fd=None, nfs_calls: bool = False):
         self.registry = registry
+        self.nfs_calls = nfs_calls   # the nfs group times NFS calls inside syscalls
         self.fds = FdTable()
         self.identities = identities
         self.ignore_fd = ignore_fd or (lambda tgid, fd, gen: None)
@@ -216,6 +221,8 @@ class Decoder:
             "flags": ev["flags"], "iov_partial": ev["partial"].astype(bool),
             "path": files["path"], "path2": path2,
             "dev": files["dev"], "ino": files["ino"], "fstype": files["fstype"],
+            "nfs_ns": pa.array(ev["nfs_ns"].astype(np.int64), mask=np.full(len(ev), not self.nfs_calls)),
+            "nfs_calls": pc.take(_NFS_CALL_NAMES, pa.array(ev["nfs_calls"].astype(np.int32))),
         }
         arrays = [c if isinstance(c, pa.Array) else pa.array(c, SYSCALL.field(name).type)
                   for name, c in cols.items()]

@@ -78,12 +78,14 @@ SYS_EVENT = Layout("sys_event", (
     ("ret", "s64"),        # returned bytes or fd, or -errno
     ("count", "u64"),      # requested bytes (write: count; writev: sum of iov_len; ftruncate: length)
     ("offset", "s64"),     # file offset for pwrite*/sync_file_range, else -1
+    ("nfs_ns", "u64"),     # time inside the NFS client's entry points (NFS_CALLS below)
     ("tid", "u32"),
     ("tgid", "u32"),
     ("fd", "s32"),         # fd, or the directory fd of *at() calls (-100 = AT_FDCWD)
     ("fd2", "s32"),        # second fd: new dirfd of renameat*, new fd of dup2/dup3
     ("flags", "u32"),      # open flags, rename/unlink/stat flags, fcntl cmd
     ("op", "u16"),         # an OP_* number below
+    ("nfs_calls", "u16"),  # which NFS entry points it went through: NFS_CALL_* bits
     ("npaths", "u8"),      # how many path records follow in the path ring
     ("partial", "u8"),     # 1 when writev's iovecs were only partly summed
 ))
@@ -96,13 +98,17 @@ INFLIGHT = Layout("inflight", (
     ("offset", "s64"),
     ("path1", "u64"),      # user pointers of the path arguments (read at exit)
     ("path2", "u64"),
+    ("nfs_since", "s64"),  # entry of the outermost NFS call in progress
+    ("nfs_ns", "u64"),     # time in NFS calls so far
     ("tgid", "u32"),
     ("fd", "s32"),
     ("fd2", "s32"),
     ("flags", "u32"),
     ("op", "u16"),
+    ("nfs_calls", "u16"),
     ("partial", "u8"),
     ("skip", "u8"),        # an ignored fd's close: bump the generation, emit nothing
+    ("nfs_depth", "u8"),   # NFS calls nest (a flush inside a getattr): time the outermost
 ))
 
 # The path strings of path-taking syscalls, in their own ring; joined to their
@@ -204,6 +210,11 @@ NFS_WRITE_START, NFS_WRITE_DONE, NFS_COMMIT_START, NFS_COMMIT_DONE, NFS_READ_STA
 NFS_KINDS = {NFS_WRITE_START: "write_start", NFS_WRITE_DONE: "write_done", NFS_COMMIT_START: "commit_start",
              NFS_COMMIT_DONE: "commit_done", NFS_READ_START: "read_start", NFS_READ_DONE: "read_done"}
 
+# The NFS client's entry points a syscall can spend its time in (nfs:* tracepoints):
+# fsync (nfs_file_fsync), flush (nfs_wb_all: close() and the syncs before rename,
+# setattr...), getattr (stat of a file, which flushes it when dirty). Bit i = 1 << i.
+NFS_CALLS = ("fsync", "flush", "getattr")
+
 PROC_NEWTASK, PROC_EXEC, PROC_EXIT = 1, 2, 3
 CLONE_THREAD = 0x00010000
 
@@ -244,6 +255,7 @@ def c_header() -> str:
               f"#define PATH_MAX_CAPTURED {PATH_MAX_CAPTURED}"]
     parts += [f"#define LOSS_{name.upper()} {i}" for i, name in enumerate(LOSS_COUNTERS)]
     parts += [f"#define NFS_{name.upper()} {num}" for num, name in NFS_KINDS.items()]
+    parts += [f"#define NFS_CALL_{name.upper()} {1 << i}" for i, name in enumerate(NFS_CALLS)]
     parts.append(f"#define LOSS_NCOUNTERS {len(LOSS_COUNTERS)}")
     parts += [layout.c_struct() for layout in LAYOUTS]
     return "\n".join(parts) + "\n"

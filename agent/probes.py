@@ -126,7 +126,7 @@ class SyscallProbes(ProbeGroup):
                                      ("sched", "sched_process_exit")])
 
     def cflags(self, filters: Filters) -> list[str]:
-        flags = super().cflags(filters) + [f"-DAGENT_TGID={os.getpid()}"]
+        flags = super().cflags(filters) + [f"-DAGENT_TGID={os.getpid()}", "-DSYSCALLS_GROUP"]
         flags += [f"-DHAVE_{op}" for op in self.available_syscalls()]
         if filters.tgids:
             flags.append("-DFILTER_TGIDS")
@@ -177,7 +177,9 @@ class NfsProbes(ProbeGroup):
     rings = {"nfs_ring": (NFS_EVENT, 256)}
     required = [("nfs", ev) for ev in ("nfs_initiate_write", "nfs_writeback_done",
                                        "nfs_initiate_commit", "nfs_commit_done")]
-    optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"))
+    optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"),
+                            ("nfs", "nfs_fsync_enter"), ("nfs", "nfs_writeback_inode_enter"),
+                            ("nfs", "nfs_getattr_enter"))
 
     def can_run(self) -> str | None:
         return common_reason() or module_reason("nfs", "nfs") or _missing_tracepoints(self.required)

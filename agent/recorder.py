@@ -197,7 +197,7 @@ class Recorder:
 
         registry = FileRegistry(file_filter)
         self.identities = Identities()
-        self.decoder = Decoder(registry, self.identities, loaded.ignore_fd)
+        self.decoder = Decoder(registry, self.identities, loaded.ignore_fd, nfs_calls="nfs" in loaded.groups)
         self.decoder.fds.scan_proc(registry, tgids or None)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)

@@ -21,6 +21,8 @@ SYSCALL = pa.schema([
     ("errno", pa.int32()), ("flags", _sys("flags")), ("iov_partial", pa.bool_()),
     ("path", pa.string()), ("path2", pa.string()), ("dev", pa.uint64()), ("ino", pa.uint64()),
     ("fstype", pa.string()),
+    # time inside the NFS client's fsync/flush/getattr, and which of them (null: not traced)
+    ("nfs_ns", pa.int64()), ("nfs_calls", pa.string()),
 ])
 
 PROCS = pa.schema([

@@ -109,3 +109,46 @@ TRACEPOINT_PROBE(nfs, nfs_readpage_done)
     return 0;
 }
 #endif
+
+/*
+ * Time a traced syscall spends in the NFS client's entry points, added to its
+ * in-flight record (bpf/syscalls.c, loaded with this program): fsync, the flush of
+ * close() (nfs_wb_all), getattr. Calls nest; the outermost one is timed.
+ */
+#ifdef SYSCALLS_GROUP
+static __always_inline int nfs_call_enter(u16 call)
+{
+    u32 tid = bpf_get_current_pid_tgid();
+    struct inflight *in = inflight.lookup(&tid);
+    if (!in)
+        return 0;
+    if (in->nfs_depth++ == 0)
+        in->nfs_since = bpf_ktime_get_ns();
+    in->nfs_calls |= call;
+    return 0;
+}
+
+static __always_inline int nfs_call_exit(void)
+{
+    u32 tid = bpf_get_current_pid_tgid();
+    struct inflight *in = inflight.lookup(&tid);
+    if (!in || in->nfs_depth == 0)
+        return 0;
+    if (--in->nfs_depth == 0)
+        in->nfs_ns += bpf_ktime_get_ns() - in->nfs_since;
+    return 0;
+}
+
+#ifdef HAVE_nfs_fsync_enter
+TRACEPOINT_PROBE(nfs, nfs_fsync_enter) { return nfs_call_enter(NFS_CALL_FSYNC); }
+TRACEPOINT_PROBE(nfs, nfs_fsync_exit) { return nfs_call_exit(); }
+#endif
+#ifdef HAVE_nfs_writeback_inode_enter
+TRACEPOINT_PROBE(nfs, nfs_writeback_inode_enter) { return nfs_call_enter(NFS_CALL_FLUSH); }
+TRACEPOINT_PROBE(nfs, nfs_writeback_inode_exit) { return nfs_call_exit(); }
+#endif
+#ifdef HAVE_nfs_getattr_enter
+TRACEPOINT_PROBE(nfs, nfs_getattr_enter) { return nfs_call_enter(NFS_CALL_GETATTR); }
+TRACEPOINT_PROBE(nfs, nfs_getattr_exit) { return nfs_call_exit(); }
+#endif
+#endif

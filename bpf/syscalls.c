@@ -188,6 +188,8 @@ static __always_inline int leave(long ret)
     e->fd2 = in->fd2;
     e->flags = in->flags;
     e->op = in->op;
+    e->nfs_ns = in->nfs_ns;
+    e->nfs_calls = in->nfs_calls;
     e->npaths = npaths;
     e->partial = in->partial;
     sys_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
