@@ -21,7 +21,7 @@ from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
 
-CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "flush_commit_stall", "straggler_rank",
+CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "straggler_rank", "flush_commit_stall",
           "small_sync_writes", "metadata_storm")
 SEVERITIES = ("critical", "warning", "info")
 METADATA_SYSCALLS = ("openat", "openat2", "creat", "newfstatat", "statx", "rename", "renameat", "renameat2",
@@ -251,7 +251,8 @@ def server_unresponsive(ctx: Context) -> list[Finding]:
                 "server_unresponsive", "critical",
                 f"the kernel logged 'server {addr} not responding' x{lines['not_responding']}"
                 f" ({lines['responding']} 'OK')", lines["first"], lines["last"],
-                {"kernel_not_responding": lines["not_responding"], "kernel_ok": lines["responding"]},
+                {"kernel_not_responding": lines["not_responding"], "kernel_ok": lines["responding"],
+                 "kernel_uptime_s": lines["uptime_s"] and [min(lines["uptime_s"]), max(lines["uptime_s"])]},
                 _unresponsive_fix(ctx, host, addr), [], [], [addr]))
     return out
 
@@ -274,13 +275,15 @@ def _log_by_server(log: pa.Table | None) -> dict[tuple, dict]:
         return out
     for row in log.filter(pc.is_in(log["kind"], pa.array(["not_responding", "timed_out", "responding"]))).to_pylist():
         e = out.setdefault((row.get("host"), row["server"]), {"not_responding": 0, "responding": 0,
-                                                               "first": None, "last": None})
+                                                               "first": None, "last": None, "uptime_s": []})
         key = "responding" if row["kind"] == "responding" else "not_responding"
         e[key] += 1
         t = row.get("ts_utc_ns")
         if t is not None:
             e["first"] = t if e["first"] is None else min(e["first"], t)
             e["last"] = t if e["last"] is None else max(e["last"], t)
+        elif row.get("ts_mono_ns") is not None:    # a plain dmesg: only the kernel's own clock
+            e["uptime_s"].append(round(row["ts_mono_ns"] / S, 3))
     return out
 
 

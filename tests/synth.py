@@ -317,7 +317,8 @@ def _syscalls(rows, mono0):
         "syscall": name, "fd": fd, "ret": ret, "bytes": pa.array(np.maximum(ret, 0), mask=~write),
         "requested": np.where(write, np.abs(ret), 0), "offset": np.full(n, -1), "errno": np.where(ret < 0, -ret, 0),
         "flags": flags, "iov_partial": np.zeros(n, bool), "path": path, "path2": [None] * n,
-        "dev": np.full(n, DEV), "ino": ino, "fstype": np.full(n, "nfs", object)})
+        "dev": np.full(n, DEV), "ino": ino, "fstype": np.full(n, "nfs", object),
+        "nfs_ns": pa.nulls(n, pa.int64()), "nfs_calls": pa.nulls(n, pa.string())})
 
 
 def _blocked(rows, still, stop, mono0):

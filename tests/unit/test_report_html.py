@@ -297,6 +297,12 @@ def _add(t: pa.Table, col: str, value: int) -> pa.Table:
     return t.set_column(t.schema.get_field_index(col), col, pc.cast(pc.add(pc.cast(t[col], pa.int64()), value), typ))
 
 
+def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The sample's rows in today's schema (columns added since it was recorded are null)."""
+    cols = [t[f.name] if f.name in t.column_names else pa.nulls(t.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(cols, names=schema.names).cast(schema)
+
+
 def tiled_sample(dst: str, copies: int, speed_bps: int | None = None, skip=()) -> str:
     """The sample `copies` times one after the other, each copy with its own 8 ranks."""
     cap = Capture.open(SAMPLE)
@@ -326,7 +332,7 @@ def tiled_sample(dst: str, copies: int, speed_bps: int | None = None, skip=()) -
                     p = p.set_column(p.schema.get_field_index("speed_bps"), "speed_bps",
                                      pa.array([speed_bps] * p.num_rows, pa.int64()))
             parts.append(p)
-        w.append(name, pa.concat_tables(parts).cast(SCHEMAS[name][0]))
+        w.append(name, conform(pa.concat_tables(parts), SCHEMAS[name][0]))
     w.close()
     return dst
 
