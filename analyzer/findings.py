@@ -20,6 +20,7 @@ from .ranks import FLUSH_SYSCALLS, RANK_KEYS, blocked_calls, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
+from .units import pct, rate, size
 
 CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "straggler_rank", "flush_commit_stall",
           "small_sync_writes", "metadata_storm")
@@ -90,29 +91,6 @@ def _s(ns: float | None) -> float | None:
     return None if ns is None else round(ns / S, 3)
 
 
-def _pct(x: float | None) -> str:
-    if x is None:
-        return "?"
-    return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.2g}%"
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
-
-
-def _rate(bps: float | None) -> str:
-    if bps is None:
-        return "?"
-    for unit, div in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
-        if bps >= div:
-            return f"{bps / div:.1f} {unit}"
-    return f"{bps:.0f} b/s"
-
-
 # --- slot_saturation (with the bandwidth paradox) ---------------------------------------
 
 def slot_saturation(ctx: Context) -> list[Finding]:
@@ -134,7 +112,7 @@ def slot_saturation(ctx: Context) -> list[Finding]:
         if frac < ctx.th.saturated_share or wait_share < ctx.th.slot_wait_share:
             continue
         n = done.num_rows
-        size = (pc.sum(done["io_count"]).as_py() or 0) / n if n else 0
+        write_bytes = (pc.sum(done["io_count"]).as_py() or 0) / n if n else 0
         rtt = (pc.sum(done["rtt_ns"]).as_py() or 0) / n if n else 0
         held = pc.subtract(done["ts_end"], done["ts_reserved"])
         held = pc.filter(held, pc.greater(done["ts_reserved"], 0))
@@ -144,13 +122,13 @@ def slot_saturation(ctx: Context) -> list[Finding]:
             limit = min(limit or tr["session_slots"], tr["session_slots"])
         window_ns = ctx.window[1] - ctx.window[0] if ctx.window else None
         achieved = (pc.sum(done["io_count"]).as_py() or 0) / (window_ns / S) if window_ns else None
-        ceiling = limit * size / (hold / S) if limit and hold else None
+        ceiling = limit * write_bytes / (hold / S) if limit and hold else None
         link = tr["link"] or {}
         ev = {
             "saturated_fraction": round(frac, 3), "saturated_s": round(tr["saturated_s"], 3),
             "window_s": _s(window_ns), "peak_in_use": tr["peak_in_use"], "max_slots": tr["max_slots"],
             "session_slots": tr["session_slots"], "backlog_peak": tr["backlog_peak"],
-            "mean_waiting": round(tr["mean_waiting"], 2), "write_rpcs": n, "mean_write_bytes": round(size),
+            "mean_waiting": round(tr["mean_waiting"], 2), "write_rpcs": n, "mean_write_bytes": round(write_bytes),
             "slot_wait_share": round(wait_share, 3), "mean_slot_wait_ms": round(wait / n / 1e6, 3) if n else None,
             "mean_rtt_ms": round(rtt / 1e6, 3), "mean_slot_hold_ms": round(hold / 1e6, 3) if hold else None,
             "throughput_Bps": round(achieved) if achieved else None,
@@ -160,20 +138,20 @@ def slot_saturation(ctx: Context) -> list[Finding]:
             "link_mean_util": link.get("mean_util"), "link_peak_util": link.get("peak_util"),
             "link_mean_tx_bps": link.get("mean_tx_bps"),
         }
-        summary = (f"{table} toward {tr['server']} full {_pct(frac)} of the save "
+        summary = (f"{table} toward {tr['server']} full {pct(frac)} of the save "
                    f"({tr['peak_in_use']} in use, up to {tr['backlog_peak']} RPCs waiting for a slot); "
-                   f"slot wait is {_pct(wait_share)} of WRITE time")
+                   f"slot wait is {pct(wait_share)} of WRITE time")
         if ceiling:
-            summary += (f". Bandwidth paradox: {_bytes(achieved or 0)}/s is {_pct(ev['throughput_vs_ceiling'])} "
-                        f"of the {limit} slots x {_bytes(size)} / {hold / 1e6:.1f} ms ceiling")
+            summary += (f". Bandwidth paradox: {size(achieved or 0)}/s is {pct(ev['throughput_vs_ceiling'])} "
+                        f"of the {limit} slots x {size(write_bytes)} / {hold / 1e6:.1f} ms ceiling")
             if link.get("mean_util") is not None:
-                summary += f", while the link carried {_pct(link['mean_util'])} of {_rate(link['speed_bps'])}"
+                summary += f", while the link carried {pct(link['mean_util'])} of {rate(link['speed_bps'])}"
             elif link.get("mean_tx_bps") is not None:
-                summary += f", while the link carried {_rate(link['mean_tx_bps'])} (speed unknown)"
+                summary += f", while the link carried {rate(link['mean_tx_bps'])} (speed unknown)"
         affected = [r for r in ctx.savers() if (r["slot_wait_ns"] or 0) > 0]
         out.append(Finding(
             "slot_saturation", "critical" if frac >= ctx.th.saturated_share_critical else "warning",
-            summary, *(ctx.window or (None, None)), ev, _saturation_fix(tr, size, table != "slot table"),
+            summary, *(ctx.window or (None, None)), ev, _saturation_fix(tr, write_bytes, table != "slot table"),
             rank_ids(affected), ctx.top_syscalls(affected), [tr["server"]]))
     return out
 
@@ -191,7 +169,7 @@ def _saturation_fix(tr: dict, write_bytes: float, session_bound: bool) -> str:
                      f"{tr['max_slots'] or '?'}, takes effect on new mounts) or mount with nconnect=8 "
                      f"(now {nconnect}) to spread RPCs over more connections")
     if write_bytes and write_bytes < 256 * 1024:
-        steps.append(f"send fewer, larger WRITEs: the mean WRITE is {_bytes(write_bytes)}; write through the "
+        steps.append(f"send fewer, larger WRITEs: the mean WRITE is {size(write_bytes)}; write through the "
                      "page cache in large chunks and fsync once per file instead of O_SYNC/O_DIRECT small writes")
     return "; ".join(steps)
 
@@ -341,12 +319,12 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
     ev["median_bytes_per_rank"] = flushed
     if fsyncs:
         ev["bytes_per_fsync"] = round(sum(r["bytes_written"] for r in savers) / fsyncs)
-    summary = (f"ranks spend {_pct(share)} of their save ({flush_s:.1f} s, median) in "
+    summary = (f"ranks spend {pct(share)} of their save ({flush_s:.1f} s, median) in "
                f"{'/'.join(k for k in calls if calls[k]['count'])} waiting for dirty pages to reach the server")
     if util is not None:
-        summary += f", with the link at {_pct(util)}"
+        summary += f", with the link at {pct(util)}"
     fix = ("close() and fsync() wait for every dirty page of the file to be written back "
-           f"({_bytes(flushed)} per rank here). Start writeback while writing (sync_file_range(SYNC_FILE_RANGE_"
+           f"({size(flushed)} per rank here). Start writeback while writing (sync_file_range(SYNC_FILE_RANGE_"
            "WRITE) every few MiB, or a lower vm.dirty_background_bytes), fsync once per file rather than per "
            "chunk, and overlap the flush with training (save from a background thread)")
     if ev.get("commit_mean_rtt_ms", 0) > 50:
@@ -403,7 +381,7 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
     if sizes.size:
         b = np.maximum(sizes, 1).astype(np.int64)
         buckets, counts = np.unique(1 << (np.log2(b).astype(np.int64)), return_counts=True)
-        hist = {_bytes(int(k)): int(v) for k, v in zip(buckets, counts)}
+        hist = {size(int(k)): int(v) for k, v in zip(buckets, counts)}
     n_small = sum(g["small_sync_sum"] for g in hit)
     mean_size = float(np.mean(sizes))
     ev = {"small_sync_rpcs": n_small, "write_rpcs": writes.num_rows,
@@ -415,7 +393,7 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
                        for g in sorted(hit, key=lambda g: -g["small_sync_sum"])[:20]]}
     severity = "warning" if len(hit) >= th.small_sync_rank_share * max(len(savers), 1) else "info"
     summary = (f"{n_small} of {writes.num_rows} WRITE RPCs are small and synchronous (under "
-               f"{_bytes(th.small_write_bytes)}, stable; mean {_bytes(mean_size)}) from {len(hit)} of "
+               f"{size(th.small_write_bytes)}, stable; mean {size(mean_size)}) from {len(hit)} of "
                f"{len(savers)} ranks: each waits a round trip and a server-side sync")
     fix = ("write through the page cache in large chunks (at least the mount's wsize), drop O_SYNC/O_DSYNC and "
            "per-write fsync, and fsync once when the file is complete; the client then sends large UNSTABLE "
@@ -461,7 +439,7 @@ def metadata_storm(ctx: Context) -> list[Finding]:
     ev = {"source": source, "metadata_ops": count, "share_of_time": round(share, 3), "by_op": dict(top),
           "metadata_rpcs": dict(sorted(by_rpc.items(), key=lambda kv: -kv[1])), "metadata_s": _s(spent),
           "total_s": _s(total)}
-    summary = (f"metadata {source} take {_pct(share)} of the time: "
+    summary = (f"metadata {source} take {pct(share)} of the time: "
                + ", ".join(f"{n} {k}" for k, n in top[:4]))
     if savers and by_rpc:
         summary += " (RPCs: " + ", ".join(f"{n} {k}" for k, n in sorted(by_rpc.items(), key=lambda kv: -kv[1])[:4]) + ")"
@@ -513,7 +491,7 @@ def straggler_rank(ctx: Context) -> list[Finding]:
                f"{(last['save_end_ns'] - t0) / max(med_end, 1):.1f}x the median rank's {med_end / S:.1f} s; "
                f"the save waits for it")
     if med_bytes and last["bytes_written"] >= 1.5 * med_bytes:
-        why = f"it wrote {_bytes(last['bytes_written'])}, {last['bytes_written'] / med_bytes:.1f}x the median"
+        why = f"it wrote {size(last['bytes_written'])}, {last['bytes_written'] / med_bytes:.1f}x the median"
         fix = "balance the checkpoint shards across ranks (" + why + "), or save the large state in parallel"
     else:
         top = calls[0][0] if calls else "?"

@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 from .job import WRITE_SYSCALLS, Job
 from .ranks import syscall_rows, with_identity
-from .report_text import _clock, _value, rank_ranges, size
+from .report_text import _clock, _value, rank_ranges
+from .units import size
 from .transports import transport_table
 
 # Layout of the time plots, in inches: every one has the same width and margins, so their

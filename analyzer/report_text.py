@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import textwrap
 
+from .units import size
+
 WIDTH = 100
 MAX_RANK_ROWS = 40
 
@@ -23,16 +25,6 @@ def _rate(bps: float) -> str:
 
 def _s(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e9:,.2f}"
-
-
-def size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return ""
 
 
 def _wrap(text: str, indent: str) -> list[str]:
