@@ -56,6 +56,27 @@ def nfs_mounts() -> list[dict]:
     return out
 
 
+def nfs_mountstats() -> dict[str, str]:
+    """mountpoint -> its section of /proc/self/mountstats (per-op counters, transports): the
+    kernel's own totals, read at start and stop so the analyzer can check the capture
+    against their difference. Reading it never contacts the server."""
+    out, point = {}, None
+    try:
+        with open("/proc/self/mountstats", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("device "):
+                    words = line.split()
+                    nfs = len(words) >= 8 and words[7].startswith("nfs")
+                    point = words[4] if nfs else None
+                    if point:
+                        out[point] = line
+                elif point:
+                    out[point] += line
+    except OSError:
+        pass
+    return out
+
+
 def sunrpc_sysctls() -> dict[str, str | None]:
     """The slot limits: sunrpc's for NFSv3/TCP, the session's for NFSv4.1+."""
     out = {name: _read(f"/proc/sys/sunrpc/{name}") for name in SUNRPC_SYSCTLS}
@@ -85,6 +106,7 @@ def start_meta(argv: list[str], filters: dict, probes: dict) -> dict:
         "start": clock_pair(),
         "filters": filters,
         "nfs_mounts": nfs_mounts(),
+        "mountstats_start": nfs_mountstats(),
         "sunrpc": sunrpc_sysctls(),
         "nics": nics(),
         "probes": probes,

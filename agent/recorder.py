@@ -19,7 +19,7 @@ from .decode import Decoder
 from .files import FileFilter, FileRegistry
 from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS
-from .meta import clock_pair, start_meta
+from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
 from .probes import Filters, NfsProbes, SunrpcProbes, SyscallProbes, load
 from .rpc_rows import ClientNames, nfs_table, rpc_table, slots_table
@@ -226,6 +226,7 @@ class Recorder:
             self._drain(loaded, writer)   # what arrived before the probes go away
             self._write_blocked(loaded, writer)
             stopped = clock_pair()       # detaching the probes below takes seconds
+            meta["mountstats_stop"] = nfs_mountstats()
             outstanding = loaded.outstanding_rpcs()
             if outstanding.size:
                 writer.append("rpc", rpc_table(outstanding, self.clients, _monotonic_ns()))

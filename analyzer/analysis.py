@@ -11,6 +11,7 @@ from .attribution import attributed_rpcs
 from .findings import Context, find, verdict
 from .job import Job, WindowView, iso_utc
 from .kernel_log import fingerprints
+from .mountstats import capture_deltas
 from .ranks import rank_table
 from .rpcs import by_proc
 from .thresholds import Thresholds
@@ -72,6 +73,31 @@ def save_window(ranks: list[dict], rpc: pa.Table | None) -> tuple[int, int] | No
     if not bounds:
         return None
     return min(b[0] for b in bounds), max(b[1] for b in bounds)
+
+
+def kernel_check(job: Job, rpc: pa.Table | None) -> list[dict]:
+    """Per host and procedure: the RPCs the kernel counted during the recording (mountstats at
+    start and stop) against the completed ones in the capture. They agree unless events
+    were lost or a mount came or went."""
+    out = []
+    for cap in job.captures:
+        host = cap.meta.get("host", "?")
+        kernel: dict[str, int] = {}
+        for d in capture_deltas(cap.meta).values():
+            for op, c in d["ops"].items():
+                kernel[op] = kernel.get(op, 0) + c["ops"]
+        if not any(kernel.values()):
+            continue
+        seen = {}
+        if rpc is not None:
+            mine = rpc.select(["host", "procname", "complete"])
+            mine = mine.filter(pc.and_(pc.equal(mine["host"], host), pc.equal(mine["complete"], 1)))
+            seen = {r["procname"]: r["complete_count"] for r in
+                    mine.group_by("procname").aggregate([("complete", "count")]).to_pylist()}
+        for op, n in sorted(kernel.items()):
+            if n:
+                out.append({"host": host, "procedure": op, "kernel_ops": n, "captured": seen.get(op, 0)})
+    return out
 
 
 def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
@@ -148,4 +174,11 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         "problems": job.problems(),
     }
     result["checklist"] = checklist(result, window)
+    result["kernel_check"] = kernel_check(job, rpc)
+    off = [k for k in result["kernel_check"] if abs(k["captured"] - k["kernel_ops"]) > 0.01 * k["kernel_ops"]]
+    if off:
+        notes.append("the capture and the kernel's mountstats disagree on "
+                     + ", ".join(f"{k['procedure']} ({k['captured']} captured, {k['kernel_ops']} counted on "
+                                 f"{k['host']})" for k in off[:4])
+                     + ": events lost, or mounts that came or went while recording")
     return result

@@ -164,6 +164,9 @@ def render_text(result: dict) -> str:
         out += ["", "per transport"] + _transport_rows(result["transports"])
     if result["rpc"]["by_proc"]:
         out += ["", "RPCs by procedure (ms per RPC; p50 and p99 of execute)"] + _proc_rows(result["rpc"]["by_proc"])
+    if result.get("kernel_check"):
+        out += _wrap("the kernel's count over the recording (mountstats), captured: " + ", ".join(
+            f"{k['procedure']} {k['kernel_ops']:,}/{k['captured']:,}" for k in result["kernel_check"]), "")
     out.append("")
     for cap in result["captures"]:
         out += _wrap(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
