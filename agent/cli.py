@@ -17,6 +17,9 @@ def _record(args) -> int:
     opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
                          pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
                          group_readable=args.group_readable, status=not args.quiet)
+    if args.tui:
+        from slotscope.tui.live import record_with_tui
+        return record_with_tui(opts, sys.argv)
     try:
         return record(opts, sys.argv)
     except RecordError as exc:
@@ -146,7 +149,7 @@ def _nested(t) -> bool:
 
 def _top(args) -> int:
     from slotscope.tui.app import run
-    return run(args.captures)
+    return run(args.captures, poll_seconds=max(args.poll, 0.05))
 
 
 def _demo(args) -> int:
@@ -175,6 +178,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="write into an existing non-empty directory")
     r.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
     r.add_argument("-q", "--quiet", action="store_true", help="no status line")
+    r.add_argument("--tui", action="store_true",
+                   help="watch the capture in the terminal UI while it records (q or Ctrl-C stops both)")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                    help="trace this command and its descendants; stop when it exits")
     r.set_defaults(func=_record)
@@ -207,11 +212,18 @@ def parser() -> argparse.ArgumentParser:
     ex.add_argument("--force", action="store_true", help="write into a non-empty DIR")
     ex.set_defaults(func=_export)
 
-    t = sub.add_parser("top", help="watch a capture live, or replay a finished one, in a terminal UI")
-    t.add_argument("captures", nargs="+", metavar="CAPTURE")
+    t = sub.add_parser("top", help="watch a capture live, or replay a finished one, in a terminal UI",
+                       description="Follow a capture while `slotscope record` writes it (no root needed to "
+                                   "watch a capture you may read), or replay a finished one with a time cursor. "
+                                   "Keys: q quit, p pause, left/right scrub, / filter, enter drill down, s sort, "
+                                   "f findings, ? help.")
+    t.add_argument("captures", nargs="+", metavar="CAPTURE", help="captures of one job (one per node)")
+    t.add_argument("--poll", type=float, default=1.0, metavar="SECONDS",
+                   help="how often to look for new data in a capture being recorded (default 1)")
     t.set_defaults(func=_top)
 
-    de = sub.add_parser("demo", help="run the main job on the embedded default and print its analysis (root)")
+    de = sub.add_parser("demo", help="run the main job on the embedded default: the TUI on a terminal, else the "
+                                         "analysis printed (root)")
     de.add_argument("--ranks", type=int, default=4)
     de.add_argument("--keep", metavar="DIR", help="keep the capture in DIR")
     de.add_argument("--sample", action="store_true",

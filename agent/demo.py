@@ -4,6 +4,9 @@ By default a live recording of the bundled checkpoint workload on the local
 kernel, then its analysis (needs root). `--sample` analyses the capture shipped
 with the project instead: a real checkpoint storm recorded by the agent in the VM
 rig against a real NFS server (tests/vm/make-sample regenerates it).
+
+On a terminal the capture opens in the TUI (`slotscope top`); without one (a pipe,
+a file, CI) the analysis is printed instead.
 """
 from __future__ import annotations
 
@@ -25,10 +28,24 @@ def sample_path() -> str:
     return str(resources.files("slotscope.analyzer").joinpath("sample"))
 
 
+def interactive() -> bool:
+    """A terminal on both ends: the TUI can run (else the analysis is printed)."""
+    return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def show(capture: str) -> int:
+    """The capture in the TUI on a terminal, else its analysis as text."""
+    job = Job.open([capture])
+    if interactive():
+        from slotscope.tui.app import run_app
+        return run_app(job)
+    print(render_text(analyze(job, slotscope_version())))
+    return 0
+
+
 def run_demo(args) -> int:
     if args.sample:
-        print(render_text(analyze(Job.open([sample_path()]), slotscope_version())))
-        return 0
+        return show(sample_path())
     if os.geteuid() != 0:
         print("slotscope demo: records with BPF, which needs root: run it with sudo "
               "(or `slotscope demo --sample` for the shipped capture)", file=sys.stderr)
@@ -44,7 +61,7 @@ def run_demo(args) -> int:
         if status:
             print(f"slotscope demo: the workload failed with status {status}", file=sys.stderr)
             return 1
-        print(render_text(analyze(Job.open([capture]), slotscope_version())))
+        show(capture)
         if args.keep:
             print(f"\ncapture kept in {capture}", file=sys.stderr)
         return 0

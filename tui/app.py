@@ -1,27 +1,39 @@
 """`slotscope top CAPTURE...`: the Textual app. One code path for live and replay: the capture is
 read through analyzer.timeline.JobSource; a capture still being written (meta.json without a
-stop record) is re-read every poll and the cursor follows its end; a finished one has a time
-cursor to scrub. Reading and analysis run in a worker thread that posts its result."""
+stop record) is re-read every poll (its new segments only) and the cursor follows its end; a
+finished one has a time cursor to scrub.
+
+Work is split so the screen stays responsive with 1,000 ranks at 10 refreshes a second: the
+capture is read and analysed (analyzer.timeline.overview) in a separate process (worker.py: no
+GIL shared with the screen), a worker thread waits for its answer and posts it; requests that
+arrive meanwhile are merged into one more run with the latest state (a held-down arrow key
+costs one analysis, not one per repeat); results are kept per (data generation, cursor) so
+scrubbing back is free. The UI thread only formats: each panel is re-rendered when its text
+changed, and the rank table formats the rows on screen only (ranktable.py).
+"""
 from __future__ import annotations
 
+import gc
 import sys
-import threading
 import time
 
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
-from slotscope.analyzer.capture import CaptureError
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.timeline import JobSource, overview, rank_key
+from slotscope.analyzer.timeline import rank_key
 
-from .panels import (RANK_COLUMNS, HelpScreen, RankScreen, banner_text, findings_text, matches, nfs_text,
-                     rank_cells)
+from .panels import (RANK_COLUMNS, FindingsScreen, HelpScreen, RankScreen, banner_text, findings_text,
+                     matches, nfs_text, rpc_text, series_bins)
+from .ranktable import RankTable
+from .worker import AnalysisError, ProcessAnalyst, ThreadAnalyst
 
 MIN_STEP_NS = 100_000_000
+STEPS = 40                  # a scrub step is 1/40 of the capture
 
 
 def _version() -> str:
@@ -33,9 +45,10 @@ def _version() -> str:
 
 
 class Loaded(Message):
-    def __init__(self, result: dict):
+    def __init__(self, result: dict, seconds: float):
         super().__init__()
         self.result = result
+        self.seconds = seconds
 
 
 class LoadFailed(Message):
@@ -47,25 +60,31 @@ class LoadFailed(Message):
 class TopApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "slotscope top"
+    ENABLE_COMMAND_PALETTE = False
 
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("p", "pause", "pause"),
-        Binding("space", "play", "play/pause", priority=True),
+        Binding("space", "play", "play", priority=True),
         Binding("left", "scrub(-1)", "back", priority=True),
         Binding("right", "scrub(1)", "forward", priority=True),
         Binding("home", "jump(0)", "start", priority=True, show=False),
         Binding("end", "jump(1)", "end", priority=True, show=False),
         Binding("slash", "filter", "filter"),
         Binding("s", "sort", "sort"),
+        Binding("f", "findings", "findings"),
         Binding("escape", "escape", "clear filter", show=False),
         Binding("question_mark", "help", "help"),
     ]
 
-    def __init__(self, job: Job, poll_seconds: float = 1.0, play_seconds: float = 0.5, clock=time.time):
+    def __init__(self, job: Job, poll_seconds: float = 1.0, play_seconds: float = 0.5, clock=time.time,
+                 analysis: str = "process"):
         super().__init__()
-        self.source = JobSource(job)
-        self.lock = threading.Lock()
+        self.job = job
+        self.analysis = analysis                # "process" (the default) or "thread": see worker.py
+        self.analyst = None
+        self.live = any(c.live for c in job.captures)
         self.poll_seconds = poll_seconds
         self.play_seconds = play_seconds
         self.result: dict | None = None
@@ -74,46 +93,86 @@ class TopApp(App):
         self.sort_index = 0
         self.filter_text = ""
         self.error: str | None = None
-        self._shown: list | None = None
+        self.detail_for: tuple[str, list[int]] | None = None     # the drilled-down rank: (host, pids)
         self.version = _version()
         self.clock = clock                      # wall clock of the capture-age display (tests fix it)
+        self.bins = 0
+        self._busy = False
+        self._again = False
+        self._need_refresh = False
+        self._texts: dict = {}
+        self._rows_state = None
+        # what the worker and the UI spent, for bench/tui.py
+        self.load_seconds: list[float] = []
+        self.frame_seconds: list[float] = []
 
     # layout and data flow
 
     def compose(self) -> ComposeResult:
         yield Static("reading the capture...", id="banner")
         yield Static(id="nfs")
-        yield DataTable(id="ranks", cursor_type="row", zebra_stripes=True)
-        yield Static(id="findings")
+        yield Static(id="rpc")
+        yield RankTable(RANK_COLUMNS, rank_key, id="ranks")
+        with VerticalScroll(id="findings-box"):
+            yield Static(id="findings")
         yield Input(placeholder="filter ranks: rank, host, comm or pid (enter: keep, escape: clear)", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#ranks", DataTable)
-        for title, _, _ in RANK_COLUMNS:
-            table.add_column(title, key=title)
         self.query_one("#filter", Input).display = False
-        table.focus()
-        self.load(refresh=False)
+        self.query_one("#ranks", RankTable).focus()
+        self.bins = series_bins(self.size.width - 2)
+        self.request()
         self.set_interval(self.poll_seconds, self.poll)
         self.set_interval(self.play_seconds, self.tick)
 
-    @work(thread=True, group="load")
-    def load(self, refresh: bool) -> None:
-        with self.lock:
-            until = self.cursor
-            try:
-                if refresh:
-                    self.source.refresh()
-                result = overview(self.source, until, self.version)
-            except (CaptureError, OSError) as exc:
-                self.post_message(LoadFailed(str(exc)))
-                return
-        self.post_message(Loaded(result))
+    def on_resize(self) -> None:
+        bins = series_bins(self.size.width - 2)
+        if bins != self.bins:
+            self.bins = bins
+            self.request()
+
+    def request(self, refresh: bool = False) -> None:
+        """Ask for a fresh overview with the current cursor, width and drill-down. One load
+        runs at a time; requests made meanwhile become one more load when it is done."""
+        self._need_refresh |= refresh
+        if self._busy:
+            self._again = True
+            return
+        self._busy = True
+        refresh, self._need_refresh = self._need_refresh, False
+        detail = (self.detail_for[0], list(self.detail_for[1])) if self.detail_for else None
+        self.load(self.cursor, self.bins, detail, refresh)
+
+    @work(thread=True, group="load", exit_on_error=False)
+    def load(self, until: int | None, bins: int, detail, refresh: bool) -> None:
+        started = time.perf_counter()
+        try:
+            if self.analyst is None:
+                self.analyst = (ProcessAnalyst if self.analysis == "process" else ThreadAnalyst)(
+                    self.job, self.version)
+            result = self.analyst.overview(until, bins, detail, refresh)
+        except AnalysisError as exc:
+            self.post_message(LoadFailed(str(exc)))
+            return
+        except Exception as exc:        # the analysis process cannot start...: say so, keep the keys working
+            self.post_message(LoadFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(Loaded(result, time.perf_counter() - started))
+
+    def on_unmount(self) -> None:
+        if self.analyst is not None:
+            self.analyst.close()
+
+    def _done(self) -> None:
+        self._busy = False
+        if self._again:
+            self._again = False
+            self.request()
 
     def poll(self) -> None:
-        if self.source.live:
-            self.load(refresh=True)
+        if self.live:
+            self.request(refresh=True)
 
     def tick(self) -> None:
         if not self.playing or self.result is None:
@@ -122,63 +181,75 @@ class TopApp(App):
         self.cursor = min(span, (self.cursor or 0) + self.step())
         if self.cursor >= span:
             self.playing = False
-        self.load(refresh=False)
+        self.request()
 
     def on_loaded(self, message: Loaded) -> None:
+        self.load_seconds.append(message.seconds)
+        first = self.result is None
         self.result = message.result
+        self.live = message.result["timeline"]["live"]
         self.error = None
         self.render_all()
+        if first:
+            # What exists now (modules, Textual's widgets and caches: ~70,000 objects) lives as
+            # long as the app: out of the collector's full passes, which otherwise scan it all
+            # every few refreshes (50-150 ms with the UI stopped, measured by bench/tui.py).
+            gc.freeze()
+        self._done()
 
     def on_load_failed(self, message: LoadFailed) -> None:
         self.error = message.error
         self.render_all()
+        self._done()
 
-    # rendering
+    # rendering: only what changed
+
+    def _set(self, widget_id: str, text) -> None:
+        """Update a panel when its text (markup, or rich Text with its styles) changed."""
+        if self._texts.get(widget_id) != text:
+            self._texts[widget_id] = text
+            self.query_one(f"#{widget_id}", Static).update(text)
 
     def visible_ranks(self) -> list[dict]:
         if self.result is None:
             return []
-        _, key, reverse = RANK_COLUMNS[self.sort_index]
+        col = RANK_COLUMNS[self.sort_index]
         rows = [r for r in self.result["ranks"] if matches(r, self.filter_text)]
-        return sorted(rows, key=key, reverse=reverse)
+        return sorted(rows, key=col.sort, reverse=col.reverse)
 
     def render_all(self) -> None:
-        banner = self.query_one("#banner", Static)
+        started = time.perf_counter()
         if self.result is None:
-            banner.update(f"[red]{self.error}[/]" if self.error else "reading the capture...")
+            self._set("banner", f"[red]{self.error}[/]" if self.error else "reading the capture...")
             return
         text = banner_text(self.result, following=self.cursor is None, playing=self.playing,
-                           filter_text=self.filter_text, sort_title=RANK_COLUMNS[self.sort_index][0],
+                           filter_text=self.filter_text, sort_title=RANK_COLUMNS[self.sort_index].title,
                            now=self.clock())
         if self.error:
             text += f"\n[red]cannot read: {self.error}[/]"
-        banner.update(text)
-        self.query_one("#nfs", Static).update(nfs_text(self.result))
-        self.query_one("#findings", Static).update(findings_text(self.result))
+        self._set("banner", text)
+        self._set("nfs", nfs_text(self.result))
+        self._set("rpc", rpc_text(self.result["rpc"]["by_proc"]) if self.result.get("has_rpc") else "")
+        self.query_one("#rpc").display = bool(self.result.get("has_rpc"))
+        self._set("findings", findings_text(self.result))
         self.render_ranks()
-        if isinstance(self.screen, RankScreen):
-            fresh = self.rank_by_key(self.screen.key)
-            if fresh is not None:
-                self.screen.show(fresh)
+        screen = self.screen
+        if isinstance(screen, RankScreen):
+            fresh = self.rank_by_key(screen.key)
+            detail = self.result.get("detail") if self.detail_for else None
+            if fresh is not None and (fresh is not screen.rank or detail is not screen.detail):
+                screen.show(fresh, detail)
+        elif isinstance(screen, FindingsScreen) and screen.result is not self.result:
+            screen.show(self.result)
+        self.frame_seconds.append(time.perf_counter() - started)
 
     def render_ranks(self) -> None:
-        table = self.query_one("#ranks", DataTable)
-        ranks = self.visible_ranks()
-        rows = [(str(rank_key(r)), rank_cells(r)) for r in ranks]
-        if rows == self._shown:
+        state = (id(self.result), self.sort_index, self.filter_text)
+        if state == self._rows_state:
             return
-        selected = None
-        if table.row_count and table.cursor_row < table.row_count:
-            selected = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        table.clear()
-        for key, cells in rows:
-            table.add_row(*cells, key=key)
-        if not rows:
-            table.add_row("", "", "", "no traced syscalls" if not self.filter_text else "no rank matches",
-                          *[""] * (len(RANK_COLUMNS) - 4), key="")
-        self._shown = rows
-        if selected is not None and any(k == selected for k, _ in rows):
-            table.move_cursor(row=table.get_row_index(selected))
+        self._rows_state = state
+        empty = "no rank matches" if self.filter_text else "no traced syscalls (yet)"
+        self.query_one("#ranks", RankTable).set_rows(self.visible_ranks(), self.sort_index, empty)
 
     def rank_by_key(self, key: tuple) -> dict | None:
         for r in (self.result or {}).get("ranks", []):
@@ -190,7 +261,7 @@ class TopApp(App):
 
     def step(self) -> int:
         span = self.result["timeline"]["span_ns"] if self.result else 0
-        return max(span // 40, MIN_STEP_NS)
+        return max(span // STEPS, MIN_STEP_NS)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         # Keys that edit text belong to the filter input while it has focus.
@@ -204,21 +275,18 @@ class TopApp(App):
         span = self.result["timeline"]["span_ns"]
         now = self.result["timeline"]["cursor_ns"] if self.cursor is None else self.cursor
         self.cursor = max(0, min(span, now + direction * self.step()))
-        self.load(refresh=False)
+        self.request()
 
     def action_jump(self, to_end: int) -> None:
         self.playing = False
-        if to_end:
-            # the end of a finished capture; a live one follows its end again
-            self.cursor = None
-        else:
-            self.cursor = 0
-        self.load(refresh=False)
+        # the end of a finished capture; a live one follows its end again
+        self.cursor = None if to_end else 0
+        self.request(refresh=bool(to_end) and self.live)
 
     def action_pause(self) -> None:
         if self.result is None:
             return
-        if self.source.live:
+        if self.live:
             self._toggle_follow()
         else:
             self.action_play()
@@ -226,17 +294,19 @@ class TopApp(App):
     def action_play(self) -> None:
         if self.result is None:
             return
-        if self.source.live:
+        if self.live:
             self._toggle_follow()
             return
         if not self.playing and (self.cursor is None or self.cursor >= self.result["timeline"]["span_ns"]):
             self.cursor = 0
+            self.request()
         self.playing = not self.playing
         self.render_all()
 
     def _toggle_follow(self) -> None:
         self.cursor = self.result["timeline"]["cursor_ns"] if self.cursor is None else None
-        self.load(refresh=self.cursor is None)
+        self.request(refresh=self.cursor is None)
+        self.render_all()
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(RANK_COLUMNS)
@@ -253,7 +323,7 @@ class TopApp(App):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.input.display = False
-        self.query_one("#ranks", DataTable).focus()
+        self.query_one("#ranks", RankTable).focus()
 
     def action_escape(self) -> None:
         box = self.query_one("#filter", Input)
@@ -261,25 +331,37 @@ class TopApp(App):
             box.value = ""
             box.display = False
             self.filter_text = ""
-            self.query_one("#ranks", DataTable).focus()
+            self.query_one("#ranks", RankTable).focus()
             self.render_all()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.data_table.id != "ranks" or not event.row_key.value:
-            return
-        rank = next((r for r in self.visible_ranks() if str(rank_key(r)) == event.row_key.value), None)
-        if rank is not None:
-            self.push_screen(RankScreen(rank))
+    def action_findings(self) -> None:
+        if self.result is not None and not isinstance(self.screen, FindingsScreen):
+            self.push_screen(FindingsScreen(self.result))
+
+    def on_rank_table_selected(self, event: RankTable.Selected) -> None:
+        row = event.row
+        self.detail_for = (row["host"], list(row["pids"]))
+        screen = RankScreen(row)
+        self.push_screen(screen, callback=lambda _: self._close_detail())
+        self.request()
+
+    def _close_detail(self) -> None:
+        self.detail_for = None
 
 
-def run(paths: list[str]) -> int:
+def run_app(job: Job, poll_seconds: float = 1.0) -> int:
+    TopApp(job, poll_seconds=poll_seconds).run()
+    return 0
+
+
+def run(paths: list[str], poll_seconds: float = 1.0) -> int:
+    from slotscope.analyzer.capture import CaptureError
     try:
         job = Job.open(paths)
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
-    TopApp(job).run()
-    return 0
+    return run_app(job, poll_seconds)

@@ -1,33 +1,37 @@
-"""The widgets of `slotscope top`: they format what analyzer.timeline.overview() computed."""
+"""The panels of `slotscope top`: they format what analyzer.timeline.overview() computed
+(no analysis here), and the screens: drill-down, findings, help."""
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
+from rich.markup import escape
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
-from slotscope.analyzer.timeline import rank_key
+from slotscope.analyzer.report_text import finding_lines, rank_ranges
+from slotscope.analyzer.units import rate, size
+
+from .ranktable import Column
+
+SPARK = " ▁▂▃▄▅▆▇█"
+LABEL_W = 24          # the transport panel's label column
+NOTE_W = 34           # and its note column after the sparklines
+BAR_W = 24            # the RPC split bar
+MAX_PROCS = 5         # procedures shown in the RPC panel (the costliest)
+SEVERITY_STYLE = {"critical": "b red", "warning": "b yellow", "info": "b cyan"}
 
 
 def ms(ns) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.1f}"
 
 
-def size(n) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def secs(ns) -> str:
-    return f"{ns / 1e9:,.1f} s"
+def secs(ns, digits: int = 1) -> str:
+    return "-" if ns is None else f"{ns / 1e9:,.{digits}f} s"
 
 
 def ago(seconds: float) -> str:
@@ -40,28 +44,48 @@ def ago(seconds: float) -> str:
     return f"{seconds / 86400:.0f} days"
 
 
-# (title, sort key, reverse) of the rank table's columns, in order; s cycles the sort through them.
+def short_path(path: str | None, parts: int = 2) -> str:
+    if not path:
+        return "?"
+    return "/".join(path.rstrip("/").split("/")[-parts:]) or path
+
+
+def blocked_cell(r: dict) -> str:
+    b = r.get("blocked_now")
+    if not b:
+        return ""
+    more = f" +{b['calls'] - 1}" if b["calls"] > 1 else ""
+    return f"{b['syscall']} {secs(b['age_ns'])}{more} {short_path(b['path'])}"
+
+
+def _blocked_style(r: dict) -> str | None:
+    b = r.get("blocked_now")
+    if not b:
+        return None
+    return "bold red" if b["age_ns"] >= 1_000_000_000 else "yellow"
+
+
+def _num(v) -> float:
+    return -1 if v is None else v
+
+
+# The rank table's columns, in order; s cycles the sort through them.
 RANK_COLUMNS = [
-    ("rank", lambda r: (r["rank"] is None, r["rank"] or 0, r["host"], r["pids"]), False),
-    ("host", lambda r: r["host"], False),
-    ("pids", lambda r: r["pids"], False),
-    ("comm", lambda r: r["comm"] or "", False),
-    ("written", lambda r: r["bytes_written"], True),
-    ("writes", lambda r: r["write_calls"], True),
-    ("mean write", lambda r: r["mean_write"] or 0, True),
-    ("p99 ms", lambda r: r["p99_ns"] or 0, True),
-    ("blocked ms", lambda r: r["blocked_ns"], True),
-    ("slowest recent (5 s)", lambda r: (r["slowest_recent"] or {}).get("latency_ns", 0), True),
+    Column("rank", 5, lambda r: "-" if r["rank"] is None else str(r["rank"]),
+           lambda r: (r["rank"] is None, r["rank"] or 0, r["host"], r["pids"]), right=True),
+    Column("host", 9, lambda r: r["host"] or "?", lambda r: (r["host"] or "", r["rank"] or 0)),
+    Column("pid", 8, lambda r: str(r["pids"][0]) + (f"+{len(r['pids']) - 1}" if len(r["pids"]) > 1 else ""),
+           lambda r: r["pids"]),
+    Column("comm", 9, lambda r: r["comm"] or "?", lambda r: r["comm"] or ""),
+    Column("written", 10, lambda r: size(r["bytes_written"]), lambda r: r["bytes_written"], True, True),
+    Column("WRITEs", 6, lambda r: "-" if r["write_rpcs"] is None else f"{r['write_rpcs']:,}",
+           lambda r: _num(r["write_rpcs"]), True, True),
+    Column("mean WRITE", 10, lambda r: size(r["mean_rpc_bytes"]), lambda r: _num(r["mean_rpc_bytes"]), True, True),
+    Column("p99 ms", 8, lambda r: ms(r.get("p99_ns")), lambda r: _num(r.get("p99_ns")), True, True),
+    Column("slot wait", 9, lambda r: secs(r["slot_wait_ns"], 2), lambda r: _num(r["slot_wait_ns"]), True, True),
+    Column("blocked now", 0, blocked_cell, lambda r: (r.get("blocked_now") or {}).get("age_ns", -1), True,
+           style=_blocked_style),
 ]
-
-
-def rank_cells(r: dict) -> tuple:
-    pids = ",".join(map(str, r["pids"][:3])) + ("..." if len(r["pids"]) > 3 else "")
-    slow = r["slowest_recent"]
-    recent = f"{slow['syscall']} {ms(slow['latency_ns'])} ms" if slow else "-"
-    return ("-" if r["rank"] is None else str(r["rank"]), r["host"], pids, r["comm"] or "?",
-            size(r["bytes_written"]), str(r["write_calls"]), size(r["mean_write"]), ms(r["p99_ns"]),
-            ms(r["blocked_ns"]), recent)
 
 
 def matches(r: dict, text: str) -> bool:
@@ -71,103 +95,360 @@ def matches(r: dict, text: str) -> bool:
     return all(word in hay for word in text.lower().split())
 
 
+# ---- banner ----
+
+def _clock(result: dict, cursor_ns: int) -> str:
+    starts = [c["start"] for c in result["captures"] if c["start"]]
+    if not starts:
+        return ""
+    t0 = min(datetime.fromisoformat(s) for s in starts)
+    return " " + datetime.fromtimestamp(t0.timestamp() + cursor_ns / 1e9, timezone.utc).strftime("%H:%M:%S UTC")
+
+
 def banner_text(result: dict, following: bool, playing: bool, filter_text: str, sort_title: str,
                 now: float | None = None) -> str:
+    now = time.time() if now is None else now
     tl = result["timeline"]
     hosts = ", ".join(sorted({c["host"] or "?" for c in result["captures"]}))
     lost = sum(c["lost_events"] for c in result["captures"])
+    verdict = result["verdict"] or "nothing to assess"
+    style = {"healthy": "b green", "nothing to assess": "b yellow"}.get(verdict, "b red")
+    if result["findings"] and result["verdict"] not in (None, "healthy"):
+        verdict += f" ({result['findings'][0]['severity']})"
+    starts = [datetime.fromisoformat(c["start"]).timestamp() for c in result["captures"] if c["start"]]
+    started = min(starts) if starts else None
     if tl["live"]:
         state = "[b green]LIVE[/] following" if following else "[b yellow]LIVE[/] paused"
+        age = f"recording for {ago(max(0.0, now - started))}" if started else "recording"
+        if tl.get("updated_at"):
+            quiet = max(0.0, now - tl["updated_at"])
+            age += (f" · [b red]no new data for {ago(quiet)}: is the recorder still running?[/]" if quiet > 5
+                    else f" · newest data {ago(quiet)} ago")
     else:
         state = "[b]REPLAY[/]" + (" playing" if playing else "")
-    starts = [c["start"] for c in result["captures"] if c["start"]]
-    age = ""
-    if starts:
-        from datetime import datetime
-        started = min(datetime.fromisoformat(s).timestamp() for s in starts)
-        age = f" · started {ago(max(0.0, (time.time() if now is None else now) - started))} ago"
-    verdict = result["verdict"] or "nothing to assess"
-    style = {"healthy": "green", "nothing to assess": "yellow"}.get(verdict, "red")
-    lines = [f"[b {style}]verdict: {verdict}[/]  host {hosts} · {state} · "
-             f"cursor {secs(tl['cursor_ns'])} / {secs(tl['span_ns'])}{age} · "
-             f"[{'red' if lost else 'dim'}]{lost} events lost[/]"]
-    lines += [f"[dim]note: {n}[/]" for n in result["notes"]]
-    lines += [f"[red]problem: {p}[/]" for p in result["problems"]]
-    extra = f"sort: {sort_title}"
-    if filter_text:
-        extra += f" · filter: {filter_text!r}"
-    lines.append(f"[dim]{extra}[/]")
+        age = "recorded " + (f"{datetime.fromtimestamp(started, timezone.utc):%Y-%m-%d %H:%M} UTC, "
+                             f"{ago(max(0.0, now - started))} ago" if started else "at an unknown time")
+    line1 = (f"[{style}]verdict: {escape(verdict)}[/]  host {escape(hosts)} · {state} · "
+             f"cursor {secs(tl['cursor_ns'])} / {secs(tl['span_ns'])}{_clock(result, tl['cursor_ns'])}")
+    extra = f"sort: {sort_title}" + (f" · filter: {escape(repr(filter_text))}" if filter_text else "")
+    line2 = (f"{age} · [{'b red' if lost else 'dim'}]{lost} events lost[/] · "
+             f"{len(result['ranks'])} ranks · [dim]{extra} · ? help[/]")
+    lines = [line1, line2]
+    lines += [f"[dim]note: {escape(n)}[/]" for n in result["notes"]]
+    lines += [f"[red]problem: {escape(p)}[/]" for p in result["problems"][:3]]
     return "\n".join(lines)
 
 
+# ---- slots and link on the capture's time axis ----
+# Built as rich Text with styled runs, not markup: a sparkline is one styled cell per bin, and
+# parsing thousands of markup tags a frame costs more than everything else on screen.
+
+def spark(values: list[float] | None, scale: float, color_of=None, cursor: int | None = None) -> Text:
+    """A sparkline: one cell per bin, 0 blank, anything above 0 at least ▁; the cell of the
+    cursor reversed; cells of one color in one run."""
+    out = Text()
+    if not values:
+        return out
+    run, run_style = [], None
+    for i, v in enumerate(values):
+        level = 0 if v <= 0 or scale <= 0 else max(1, min(8, round(8 * v / scale)))
+        ch = SPARK[level]
+        style = (color_of(i) if color_of else "") or ""
+        if i == cursor:
+            style, ch = "reverse", ch if ch != " " else "·"
+        if style != run_style and run:
+            out.append("".join(run), run_style or None)
+            run = []
+        run_style = style
+        run.append(ch)
+    if run:
+        out.append("".join(run), run_style or None)
+    return out
+
+
+def series_bins(width: int) -> int:
+    """How many time bins fit in the transport panel at this width."""
+    return max(10, width - LABEL_W - NOTE_W - 2)
+
+
+def _label(text: str, style: str | None = None) -> Text:
+    return Text(text[:LABEL_W - 1].ljust(LABEL_W), style=style or "")
+
+
+def _line(*parts) -> Text:
+    out = Text()
+    for p in parts:                   # str, Text, or (str, style)
+        if isinstance(p, tuple):
+            out.append(*p)
+        else:
+            out.append(p)
+    return out
+
+
+def nfs_text(result: dict) -> Text:
+    if not result.get("has_rpc"):
+        return _line(("slots & link", "bold"), "  no RPC data in this capture "
+                     "(needs the sunrpc/NFS probes on a kernel with NFS)")
+    series = result.get("series") or []
+    tl = result["timeline"]
+    if not series:
+        return _line(("slots & link", "bold"), "  no transport seen yet")
+    bins = series[0]["bins"]
+    span = series[0]["span_ns"] or 1
+    cursor = min(bins - 1, int(bins * tl["cursor_ns"] / span)) if span else None
+    axis = ["─"] * bins
+    if cursor is not None and 0 <= cursor < bins:
+        axis[cursor] = "▼"
+    a = "".join(axis)
+    at = cursor if cursor is not None else bins
+    lines = [_line(("slots & link", "bold"), "0 s ".rjust(LABEL_W - 12), (a[:at], "dim"), (a[at:at + 1], "bold"),
+                   (a[at + 1:], "dim"), f" {secs(span)} ", (f"· cursor {secs(tl['cursor_ns'])}", "dim"))]
+    now = {(t["host"], t["server"]): t for t in result["transports"]}
+    hosts = {s["host"] for s in series}
+    for s in series:
+        t = now.get((s["host"], s["server"]), {})
+        name = s["server"] or "?"
+        if len(hosts) > 1:
+            name = f"{s['host']}→{name}"
+        limit = s["limit"]
+        if s["in_use"] is not None:
+            peak = s["in_use_peak"]
+            scale = limit or max(s["peak_in_use"] or 0, 1)
+            full = f" · full {100 * t['saturated_fraction']:.0f}%" if t.get("saturated_fraction") is not None else ""
+            note = f"limit {limit or '?'} · peak {t.get('peak_in_use', s['peak_in_use'])}{full}"
+            lines.append(_line(_label(f"{name} in use"), spark(
+                s["in_use"], scale, lambda i: "red" if limit and peak[i] >= limit else "green", cursor), f"  {note}"))
+            lines.append(_line(_label("  waiting for a slot"), spark(
+                s["waiting"], max(s["waiting_peak"] or 0, 1), lambda i: "yellow", cursor),
+                f"  peak {t.get('backlog_peak', s['waiting_peak'])} waiting"))
+        else:
+            lines.append(_line(_label(f"{name} in use"), ("no slot samples", "dim")))
+        link = s["link"]
+        if link:
+            speed = link["speed_bps"]
+            scale = speed or link["peak_bps"] or 1
+            util = [max(a, b) for a, b in zip(link["tx"], link["rx"])]
+            hot = (lambda i: "red" if util[i] >= 0.8 * speed else "cyan") if speed else (lambda i: "cyan")
+            cap = f"of {rate(speed)}" if speed else "· speed unknown"
+            lines.append(_line(_label(f"  link {link['iface']}"), spark(util, scale, hot, cursor),
+                               f"  peak {rate(link['peak_bps'])} {cap}"))
+    return Text("\n").join(lines)
+
+
+# ---- RPC latency split per procedure ----
+
+SPLIT = (("slot_wait_ns", "red", "slot wait"), ("transmit_wait_ns", "yellow", "transmit"),
+         ("rtt_ns", "blue", "round trip"), ("other", "grey50", "other"))
+
+
+def proc_split(p: dict) -> dict | None:
+    """Mean ns per RPC of each part of a procedure's execute time (other: what the named parts
+    do not cover)."""
+    n = p.get("count") or 0
+    if not n:
+        return None
+    parts = {k: p[k] / n for k in ("slot_wait_ns", "transmit_wait_ns", "rtt_ns", "execute_ns")}
+    parts["other"] = max(0.0, parts["execute_ns"] - parts["slot_wait_ns"] - parts["transmit_wait_ns"]
+                         - parts["rtt_ns"])
+    return parts
+
+
+def split_bar(parts: dict, scale: float, width: int = BAR_W) -> Text:
+    total = parts["execute_ns"]
+    cells = round(width * total / scale) if scale else 0
+    out, used, acc = Text(), 0, 0.0
+    for key, color, _ in SPLIT:
+        acc += parts[key]
+        upto = round(cells * min(acc, total) / total) if total else 0
+        if upto > used:
+            out.append("█" * (upto - used), color)
+            used = upto
+    out.append(" " * (width - used))
+    return out
+
+
+def rpc_text(by_proc: dict, title: str = "RPC latency per procedure", limit: int = MAX_PROCS) -> Text:
+    if not by_proc:
+        return _line((title, "bold"), "  no completed RPCs yet")
+    head = _line((title, "bold"), (" (ms per RPC)", "dim"), " ")
+    for _, color, name in SPLIT:
+        head.append(" █", color)
+        head.append(f" {name}")
+    lines = [head, Text(f"{'procedure':<12}{'count':>8}{'slot wait':>10}{'transmit':>9}{'rtt':>8}{'other':>8}"
+                        f"{'execute':>9}{'p99':>9}  split", style="dim")]
+    rows = [(name, p, proc_split(p)) for name, p in by_proc.items()]
+    rows.sort(key=lambda x: -(x[2]["execute_ns"] * x[1]["count"] if x[2] else 0))
+    scale = max((x[2]["execute_ns"] for x in rows if x[2]), default=0)
+    for name, p, parts in rows[:limit]:
+        if parts is None:
+            lines.append(Text(f"{name[:12]:<12}{0:>8}  ({p.get('outstanding', 0)} outstanding)"))
+            continue
+        out = f"  +{p['outstanding']} outstanding" if p.get("outstanding") else ""
+        lines.append(_line(f"{name[:12]:<12}{p['count']:>8,}{ms(parts['slot_wait_ns']):>10}"
+                           f"{ms(parts['transmit_wait_ns']):>9}{ms(parts['rtt_ns']):>8}{ms(parts['other']):>8}"
+                           f"{ms(parts['execute_ns']):>9}{ms(p['p99_ns']):>9}  ", split_bar(parts, scale), out))
+    if len(rows) > limit:
+        lines.append(Text(f"+{len(rows) - limit} more: {', '.join(n for n, _, _ in rows[limit:])}", style="dim"))
+    return Text("\n").join(lines)
+
+
+# ---- findings ----
+
 def findings_text(result: dict) -> str:
-    if not result["findings"]:
-        return "[b]Findings[/]  no findings"
-    out = ["[b]Findings[/]"]
-    for f in result["findings"]:
-        out.append(f"  [{f['severity']}] {f['summary']}" + (f" — fix: {f['fix']}" if f.get("fix") else ""))
+    findings = result["findings"]
+    if not findings:
+        return "[b]Findings[/]  none" + ("" if result["verdict"] else " (nothing to assess yet)")
+    out = [f"[b]Findings ({len(findings)})[/] [dim]f: evidence and checklist[/]"]
+    for f in findings:
+        who = f"  ranks {rank_ranges(f['ranks'])}" if f.get("ranks") else ""
+        out.append(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{f['severity']}[/] [b]{escape(f['kind'])}[/]"
+                   f"[dim]{escape(who)}[/]: {escape(f['summary'])}")
+        if f.get("fix"):
+            out.append(f"  [green]fix:[/] {escape(f['fix'])}")
     return "\n".join(out)
 
 
-def nfs_text(result: dict) -> str:
-    if not result.get("has_rpc"):
-        return ("[b]Slots / link / RPC latency[/]  no RPC data in this capture "
-                "(needs the sunrpc/NFS probes on a kernel with NFS)")
-    return "[b]Slots / link / RPC latency[/]  RPC panels are not built yet"
+class FindingsScreen(Screen):
+    """Every finding with its evidence and fix, and the checklist (as `slotscope analyze`)."""
 
+    BINDINGS = [Binding("escape,f", "app.pop_screen", "back"), Binding("q", "app.quit", "quit")]
+
+    def __init__(self, result: dict):
+        super().__init__()
+        self.result = result
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="findings-full"):
+            yield Static(self.text(self.result), id="findings-text")
+        yield Footer()
+
+    @staticmethod
+    def text(result: dict) -> str:
+        out = [f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
+               f"[dim]as of the cursor, {secs(result['timeline']['cursor_ns'])}[/]", ""]
+        for f in result["findings"]:
+            lines = finding_lines(f)
+            out.append(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{escape(lines[0])}[/]")
+            out += [escape(line) for line in lines[1:]]
+            out.append("")
+        if not result["findings"]:
+            out += ["no findings", ""]
+        if result.get("checklist"):
+            out.append("[b]checklist[/]")
+            out += [f"  {escape(c['question'])}: [b]{escape(c['answer'] or '-')}[/] ({escape(c['value'])})"
+                    for c in result["checklist"]]
+        return "\n".join(out)
+
+    def show(self, result: dict) -> None:
+        self.result = result
+        self.query_one("#findings-text", Static).update(self.text(result))
+
+
+# ---- drill-down ----
 
 class RankScreen(Screen):
-    """Drill-down: one rank's syscalls and files, as of the cursor."""
+    """Drill-down: one rank's syscalls, RPCs per procedure, files, and what it is blocked in,
+    as of the cursor."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("q", "app.quit", "quit")]
+    BINDINGS = [Binding("escape", "dismiss", "back"), Binding("q", "app.quit", "quit")]
 
     def __init__(self, rank: dict):
         super().__init__()
+        from slotscope.analyzer.timeline import rank_key
         self.key = rank_key(rank)
         self.rank = rank
+        self.detail: dict | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="rank-title")
-        with Vertical():
+        yield Static(id="rank-blocked")
+        with Horizontal(id="rank-top"):
             yield DataTable(id="syscalls", cursor_type="row", zebra_stripes=True)
-            yield DataTable(id="files", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="rank-rpc-box"):
+                yield Static(id="rank-rpc-title")
+                yield DataTable(id="rpcs", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="files", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#syscalls", DataTable).add_columns("syscall", "count", "total ms", "max ms")
-        self.query_one("#files", DataTable).add_columns("file", "written", "calls", "total ms")
-        self.show(self.rank)
+        self.show(self.rank, None)
 
-    def show(self, r: dict) -> None:
+    @staticmethod
+    def fill(table: DataTable, titles: tuple[str, ...], rows: list[tuple]) -> None:
+        """Replace a table's rows, its columns as wide as their widest cell (set here, not
+        measured by the table as rows arrive: the same screen at every refresh)."""
+        table.clear(columns=True)
+        for i, title in enumerate(titles):
+            table.add_column(title, width=max([len(title)] + [len(str(r[i])) for r in rows]))
+        for r in rows:
+            table.add_row(*r)
+
+    def show(self, r: dict, detail: dict | None) -> None:
         self.rank = r
+        self.detail = detail
         who = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]} (no rank)"
         self.query_one("#rank-title", Static).update(
-            f"[b]{who}[/] on {r['host']} · pids {', '.join(map(str, r['pids']))} · {r['comm'] or '?'} · "
-            f"written {size(r['bytes_written'])} · blocked {ms(r['blocked_ns'])} ms   [dim](escape: back)[/]")
-        calls = self.query_one("#syscalls", DataTable)
-        calls.clear()
-        for name, s in sorted(r["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"]):
-            calls.add_row(name, str(s["count"]), ms(s["total_ns"]), ms(s["max_ns"]), key=name)
-        files = self.query_one("#files", DataTable)
-        files.clear()
-        for f in r["files"]:
-            files.add_row(f["path"], size(f["bytes"]), str(f["calls"]), ms(f["total_ns"]))
+            f"[b]{who}[/] on {escape(r['host'])} · pids {', '.join(map(str, r['pids']))} · "
+            f"{escape(r['comm'] or '?')} · written {size(r['bytes_written'])} in "
+            f"{r.get('write_calls', 0)} writes · {r['write_rpcs'] if r['write_rpcs'] is not None else '-'} "
+            f"WRITE RPCs of {size(r['mean_rpc_bytes'])} · p99 {ms(r.get('p99_ns'))} ms · "
+            f"blocked {secs(r['blocked_ns'], 2)} · slot wait {secs(r['slot_wait_ns'], 2)}   "
+            f"[dim](escape: back)[/]")
+        blocked = (detail or {}).get("blocked") or []
+        if blocked:
+            text = "[b red]blocked now:[/] " + "; ".join(
+                f"tid {b['tid']} in {escape(b['syscall'])} for {secs(b['age_ns'])} on {escape(b['path'] or '?')}"
+                + (" (snapshot)" if b["source"] == "snapshot" else "") for b in blocked[:4])
+        else:
+            slow = r.get("slowest_recent")
+            text = "[dim]not blocked at the cursor" + (
+                f"; slowest in the 5 s before it: {escape(slow['syscall'])} {ms(slow['latency_ns'])} ms"
+                if slow else "") + "[/]"
+        self.query_one("#rank-blocked", Static).update(text)
+        self.fill(self.query_one("#syscalls", DataTable), ("syscall", "count", "total ms", "max ms"), [
+            (name, f"{c['count']:,}", ms(c["total_ns"]), ms(c["max_ns"]))
+            for name, c in sorted(r["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"])])
+        title = self.query_one("#rank-rpc-title", Static)
+        rpc_rows = []
+        if detail is None:
+            title.update("[b]RPCs[/] [dim]reading...[/]")
+        else:
+            how = ", ".join(f"{n} {k}" for k, n in sorted(detail["rpc"]["attribution"].items()))
+            title.update(f"[b]RPCs[/] [dim](ms per RPC; attributed: {how or 'none'})[/]")
+            for name, p in sorted(detail["rpc"]["by_proc"].items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
+                parts = proc_split(p)
+                if parts is None:
+                    rpc_rows.append((name, "0", "", f"{p.get('outstanding', 0)} outstanding", "", "", "", ""))
+                    continue
+                rpc_rows.append((name, f"{p['count']:,}", size(p["bytes"]), ms(parts["slot_wait_ns"]),
+                                 ms(parts["transmit_wait_ns"]), ms(parts["rtt_ns"]), ms(parts["execute_ns"]),
+                                 ms(p["p99_ns"])))
+        self.fill(self.query_one("#rpcs", DataTable),
+                  ("procedure", "count", "bytes", "slot wait", "transmit", "rtt", "execute", "p99"), rpc_rows)
+        self.fill(self.query_one("#files", DataTable), ("file", "written", "calls", "total ms", "max ms"), [
+            (f["path"], size(f["bytes"]), f"{f['calls']:,}", ms(f["total_ns"]), ms(f["max_ns"]))
+            for f in (detail or {}).get("files", [])])
 
 
 HELP = """[b]slotscope top[/]
 
-  q        quit
-  p        pause / resume following a live capture
+  q        quit (ctrl+c too)
+  p        pause / resume following a live capture (replay: play / pause)
   space    play / pause the replay (live: same as p)
-  ← →      scrub the time cursor (tables show data up to it)
+  ← →      scrub the time cursor: every panel shows the capture as of it
   home end cursor to the start / the end (live: end follows again)
-  /        filter ranks by text (rank, host, comm, pid); escape clears
-  s        sort by the next column
-  enter    drill down into the selected rank; escape back
+  /        filter ranks by text (rank, host, comm, pid); enter keeps it, escape clears
+  s        sort by the next column (▲ ascending, ▼ largest first)
+  enter    drill down into the selected rank: syscalls, RPCs, files; escape back
+  f        findings with their evidence, and the checklist
   ?        this help
 
-"slowest recent" is the slowest syscall that ended in the 5 s before the cursor:
-rows are recorded when a syscall returns, so one still blocked is not shown yet.
+[b]slots & link[/]: slot-table occupancy against its limit (red where full) and the
+RPCs waiting for a slot, then the link's rate against its capacity, over the whole
+capture; ▼ and the reversed cell mark the cursor.
+[b]blocked now[/]: the longest traced syscall in progress at the cursor: from the
+agent's snapshots (calls over 1 s, taken every second) and, in replay, from the calls
+recorded when they returned (over 0.1 s).
 """
 
 

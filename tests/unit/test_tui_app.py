@@ -1,4 +1,5 @@
-"""`slotscope top` with Textual's Pilot: keys, sort, filter, drill-down, scrubbing, live follow."""
+"""`slotscope top` with Textual's Pilot: keys, sort, filter, drill-down, scrubbing, live follow,
+the panels on the shipped sample, and snapshots of the main screens at a fixed size."""
 from __future__ import annotations
 
 import asyncio
@@ -8,42 +9,56 @@ import pytest
 from slotscope.agent.capture_writer import CaptureWriter
 from slotscope.agent.tables import SCHEMAS
 from slotscope.analyzer.job import Job
-from test_tui_timeline import PROCS, SYSCALLS, at, grow
-from unit_helpers import START_NS, meta, procs_table, run_slotscope, assert_one_line_error, sc
+from test_tui_timeline import PROCS, SYSCALLS, at, grow, nfs_cap  # noqa: F401  (nfs_cap: a fixture)
+from unit_helpers import START_NS, assert_one_line_error, meta, procs_table, run_slotscope, sc
 
 pytestmark = pytest.mark.unit
 
 SIZE = (120, 40)
 FIXED_NOW = START_NS / 1e9 + 3600        # the capture started an hour ago
+SAMPLE_NOW = 1796234599.16 + 2 * 86400  # the sample was recorded two days before
 
 
 def make_app(path, **kw):
     from slotscope.tui.app import TopApp
-    return TopApp(Job.open([path]), poll_seconds=kw.pop("poll_seconds", 0.05), clock=lambda: FIXED_NOW, **kw)
+    return TopApp(Job.open([path]), poll_seconds=kw.pop("poll_seconds", 0.05),
+                  clock=kw.pop("clock", lambda: FIXED_NOW), **kw)
+
+
+def sample_app(**kw):
+    from slotscope.agent.demo import sample_path
+    return make_app(sample_path(), poll_seconds=60, clock=lambda: SAMPLE_NOW, **kw)
 
 
 async def settle(app, pilot) -> None:
-    """Let the loading worker finish and its message be handled."""
-    for _ in range(3):
+    """Let the loading worker finish and its message be handled (and any load it queued)."""
+    for _ in range(4):
         await pilot.pause()
         await app.workers.wait_for_complete()
     await pilot.pause()
 
 
+def table(app):
+    from slotscope.tui.ranktable import RankTable
+    return app.query_one("#ranks", RankTable)
+
+
 def rows(app) -> list[tuple]:
-    from textual.widgets import DataTable
-    table = app.query_one("#ranks", DataTable)
-    return [tuple(table.get_row_at(i)) for i in range(table.row_count)]
+    return table(app).row_texts()
 
 
 def column(app, title: str) -> list[str]:
     from slotscope.tui.panels import RANK_COLUMNS
-    i = [t for t, _, _ in RANK_COLUMNS].index(title)
+    i = [c.title for c in RANK_COLUMNS].index(title)
     return [r[i] for r in rows(app)]
 
 
+def text(app, selector: str) -> str:
+    return str(app.screen.query_one(selector).render())
+
+
 def banner(app) -> str:
-    return str(app.query_one("#banner").render())
+    return text(app, "#banner")
 
 
 def run(coro):
@@ -69,12 +84,13 @@ def test_main_screen(cap):
             assert column(app, "comm") == ["python", "python", "zzz", "rsync"]
             assert column(app, "written")[:2] == ["12.0 KiB", "98.6 KiB"]
             assert column(app, "p99 ms")[0] == "50.0"
-            assert column(app, "slowest recent (5 s)") == ["-"] * 4     # the cursor is at 61 s
-            text = banner(app)
-            assert "verdict: healthy" in text and "host node-a" in text and "REPLAY" in text
-            assert "started 60 min ago" in text and "0 events lost" in text
-            assert "no RPC data in this capture" in str(app.query_one("#nfs").render())
-            assert "no findings" in str(app.query_one("#findings").render())
+            assert column(app, "WRITEs") == ["-"] * 4                # no RPC rows in this capture
+            assert column(app, "blocked now") == [""] * 4            # nothing in progress at the end
+            t = banner(app)
+            assert "verdict: healthy" in t and "host node-a" in t and "REPLAY" in t
+            assert "60 min ago" in t and "0 events lost" in t and "4 ranks" in t
+            assert "no RPC data in this capture" in text(app, "#nfs")
+            assert "Findings" in text(app, "#findings") and "none" in text(app, "#findings")
             await pilot.press("q")
             await pilot.pause()
         assert app.return_code == 0
@@ -86,7 +102,7 @@ def test_sort_cycles_columns(cap):
         app = make_app(cap)
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
-            for _ in range(4):                      # rank, host, pids, comm -> written
+            for _ in range(4):                      # rank, host, pid, comm -> written
                 await pilot.press("s")
             await pilot.pause()
             assert column(app, "rank") == ["1", "0", "2", "-"]      # most bytes written first
@@ -94,6 +110,7 @@ def test_sort_cycles_columns(cap):
             await pilot.press("s", "s", "s")        # -> p99 ms
             await pilot.pause()
             assert column(app, "rank")[0] == "0"
+            assert "sort: p99 ms" in banner(app)
     run(scenario())
 
 
@@ -113,7 +130,7 @@ def test_filter(cap):
             assert len(rows(app)) == 4
             await pilot.press("slash", "z", "z", "z", "z")
             await pilot.pause()
-            assert column(app, "comm") == ["no rank matches"]
+            assert rows(app) == [] and table(app).empty_text == "no rank matches"
             await pilot.press("escape")
             await pilot.pause()
             assert len(rows(app)) == 4
@@ -129,7 +146,7 @@ def test_drill_down_and_back(cap):
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
             await pilot.press("enter")              # rank 0, the first row
-            await pilot.pause()
+            await settle(app, pilot)
             assert isinstance(app.screen, RankScreen)
             calls = app.screen.query_one("#syscalls", DataTable)
             assert [tuple(calls.get_row_at(i)) for i in range(calls.row_count)] == [
@@ -137,13 +154,38 @@ def test_drill_down_and_back(cap):
             files = app.screen.query_one("#files", DataTable)
             assert [files.get_row_at(i)[:2] for i in range(files.row_count)] == [
                 ["/mnt/ckpt/optim", "8.0 KiB"], ["/mnt/ckpt/shard", "4.0 KiB"]]
-            assert "rank 0" in str(app.screen.query_one("#rank-title").render())
+            assert "rank 0" in text(app, "#rank-title")
+            assert app.detail_for == ("node-a", [10])
             await pilot.press("escape")
             await pilot.pause()
-            assert not isinstance(app.screen, RankScreen)
+            assert not isinstance(app.screen, RankScreen) and app.detail_for is None
             await pilot.press("down", "down", "down", "enter")     # the process without a rank
-            await pilot.pause()
-            assert "pid 13 (no rank)" in str(app.screen.query_one("#rank-title").render())
+            await settle(app, pilot)
+            assert "pid 13 (no rank)" in text(app, "#rank-title")
+    run(scenario())
+
+
+def test_drill_down_shows_the_ranks_rpcs_and_what_it_is_blocked_in(nfs_cap):  # noqa: F811
+    async def scenario():
+        from textual.widgets import DataTable
+        app = make_app(nfs_cap)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert column(app, "WRITEs") == ["2", "1"]
+            assert column(app, "mean WRITE") == ["4.0 KiB", "4.0 KiB"]
+            assert column(app, "blocked now") == ["", ""]           # the end: the snapshot is 20 s old
+            for _ in range(13):                                     # 1.5 s a step: 19.5 s back, to 40.5 s
+                await pilot.press("left")
+            await settle(app, pilot)
+            assert column(app, "blocked now")[1] == "close 1.5 s +1 ckpt/rank11"
+            await pilot.press("down", "enter")
+            await settle(app, pilot)
+            rpcs = app.screen.query_one("#rpcs", DataTable)
+            got = [tuple(rpcs.get_row_at(i))[:3] for i in range(rpcs.row_count)]
+            assert got == [("COMMIT", "1", "0 B"), ("WRITE", "1", "4.0 KiB")]
+            assert "attributed: 2 direct" in text(app, "#rank-rpc-title")
+            blocked = text(app, "#rank-blocked")
+            assert "in close for 1.5 s on /mnt/ckpt/rank11 (snapshot)" in blocked and "fsync" in blocked
     run(scenario())
 
 
@@ -155,7 +197,7 @@ def test_scrub_changes_what_the_table_shows(cap):
             assert len(rows(app)) == 4
             await pilot.press("home")
             await settle(app, pilot)
-            assert column(app, "comm") == ["no traced syscalls"]
+            assert rows(app) == [] and "no traced syscalls" in table(app).empty_text
             assert "cursor 0.0 s / 61.0 s" in banner(app)
             await pilot.press("right")              # one step is 1/40 of the span: 1.5 s
             await settle(app, pilot)
@@ -171,6 +213,20 @@ def test_scrub_changes_what_the_table_shows(cap):
             await pilot.press("end")
             await settle(app, pilot)
             assert len(rows(app)) == 4 and "cursor 61.0 s / 61.0 s" in banner(app)
+    run(scenario())
+
+
+def test_keys_pressed_while_loading_merge_into_one_more_load(cap):
+    async def scenario():
+        app = make_app(cap)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            before = len(app.load_seconds)
+            await pilot.press(*["left"] * 12)       # as fast as the keyboard repeats
+            await settle(app, pilot)
+            assert app.cursor == 61 * 10**9 - 1000 - 12 * app.step()
+            assert len(app.load_seconds) - before <= 12
+            assert banner(app).count(f"cursor {app.cursor / 1e9:,.1f} s") == 1
     run(scenario())
 
 
@@ -191,9 +247,9 @@ def test_play_advances_the_cursor(cap):
     run(scenario())
 
 
-def test_help(cap):
+def test_help_and_findings_screens(cap):
     async def scenario():
-        from slotscope.tui.panels import HelpScreen
+        from slotscope.tui.panels import FindingsScreen, HelpScreen
         app = make_app(cap)
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
@@ -203,6 +259,69 @@ def test_help(cap):
             await pilot.press("escape")
             await pilot.pause()
             assert not isinstance(app.screen, HelpScreen)
+            await pilot.press("f")
+            await pilot.pause()
+            assert isinstance(app.screen, FindingsScreen)
+            assert "no findings" in text(app, "#findings-text") and "checklist" in text(app, "#findings-text")
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, FindingsScreen)
+    run(scenario())
+
+
+def test_panels_on_the_sample():
+    async def scenario():
+        app = sample_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert column(app, "rank") == [str(i) for i in range(8)]
+            assert set(column(app, "WRITEs")) == {"128"} and set(column(app, "mean WRITE")) == {"4.0 KiB"}
+            t = banner(app)
+            assert "verdict: slot_saturation (critical)" in t and "recorded 2026-12-02 18:03 UTC, 2 days ago" in t
+            nfs = text(app, "#nfs").splitlines()
+            assert nfs[0].startswith("slots & link") and "52.2 s" in nfs[0] and "▼" in nfs[0]
+            assert nfs[1].startswith("10.0.0.1:2049 in use") and "█" in nfs[1] and "limit 2 · peak 2" in nfs[1]
+            assert "waiting for a slot" in nfs[2] and "peak 6 waiting" in nfs[2]
+            assert "link veth1" in nfs[3] and "speed unknown" in nfs[3]
+            rpc = text(app, "#rpc").splitlines()
+            assert rpc[0].startswith("RPC latency per procedure")
+            assert rpc[2].split()[:8] == ["WRITE", "1,024", "125.7", "0.5", "42.4", "1.6", "170.3", "241.2"]
+            f = text(app, "#findings")
+            assert "critical slot_saturation" in f and "fix: raise the transport slot table" in f
+            for _ in range(8):                       # into the save: ranks blocked in write
+                await pilot.press("left")
+            await settle(app, pilot)
+            assert any(c.startswith("write 0.") for c in column(app, "blocked now"))
+            assert text(app, "#nfs").splitlines()[0].count("▼") == 1
+    run(scenario())
+
+
+def test_rank_table_formats_only_what_is_on_screen(build_capture):
+    """1,000 ranks: a refresh formats the visible rows, not all of them."""
+    from slotscope.tui import panels
+    rows_ = [sc(100 + i, "write", 1000, 10, ts=at(1)) for i in range(1000)]
+    procs_ = [dict(PROCS[0], tgid=100 + i, rank=i) for i in range(1000)]
+    path = build_capture(syscalls=rows_, procs=procs_)
+    calls = []
+    col = panels.RANK_COLUMNS[0]
+    original = col.cell
+
+    async def scenario():
+        app = make_app(path)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert table(app).row_count == 1000
+            object.__setattr__(col, "cell", lambda r: calls.append(r["rank"]) or original(r))
+            try:
+                app.cursor = 30 * 10**9
+                app.request()
+                await settle(app, pilot)
+                await pilot.press("down")
+                await pilot.pause()
+            finally:
+                object.__setattr__(col, "cell", original)
+            assert 0 < len(calls) <= 6 * table(app).size.height
+            assert set(calls) <= set(range(40))
     run(scenario())
 
 
@@ -228,7 +347,7 @@ def test_live_follow_shows_a_new_rank_and_pause(tmp_path):
         app = make_app(path)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(app, pilot, lambda: column(app, "rank") == ["0"])
-            assert "LIVE" in banner(app) and "following" in banner(app)
+            assert "LIVE" in banner(app) and "following" in banner(app) and "recording for" in banner(app)
             grow(w, [sc(11, "write", 1000, 100, ts=at(2))])
             await wait_for(app, pilot, lambda: column(app, "rank") == ["0", "1"])
             await pilot.press("p")                  # pause: new data beyond the cursor is not shown
@@ -246,12 +365,25 @@ def test_live_follow_shows_a_new_rank_and_pause(tmp_path):
     w.close()
 
 
+def test_live_banner_says_when_the_capture_stopped_growing(tmp_path):
+    from slotscope.tui.panels import banner_text
+    result = {"timeline": {"cursor_ns": 5 * 10**9, "span_ns": 5 * 10**9, "live": True, "updated_at": 1000.0},
+              "captures": [{"host": "h", "start": "2023-11-14T22:13:20+00:00", "lost_events": 7}],
+              "verdict": "healthy", "findings": [], "ranks": [], "notes": [], "problems": []}
+    fresh = banner_text(result, True, False, "", "rank", now=1002.0)
+    assert "newest data 2 s ago" in fresh and "7 events lost" in fresh
+    stale = banner_text(result, True, False, "", "rank", now=1030.0)
+    assert "no new data for 30 s: is the recorder still running?" in stale
+
+
 def test_cli_bad_capture(tmp_path):
     res = run_slotscope("top", str(tmp_path / "missing"))
     assert_one_line_error(res, "no such capture directory")
     (tmp_path / "empty").mkdir()
     assert_one_line_error(run_slotscope("top", str(tmp_path / "empty")), "empty directory")
 
+
+# ---- snapshots at 120x40 ----
 
 def test_snapshot_main_screen(cap, snap_compare):
     app = make_app(cap, poll_seconds=60)
@@ -260,3 +392,38 @@ def test_snapshot_main_screen(cap, snap_compare):
         await settle(app, pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=loaded)
+
+
+def test_snapshot_sample_main_screen(snap_compare):
+    app = sample_app()
+
+    async def into_the_save(pilot):
+        await settle(app, pilot)
+        await pilot.press(*["left"] * 8)             # 41.7 s: ranks blocked in write
+        await settle(app, pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=into_the_save)
+
+
+def test_snapshot_sample_drill_down(snap_compare):
+    app = sample_app()
+
+    async def drill(pilot):
+        await settle(app, pilot)
+        await pilot.press(*["left"] * 8)
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=drill)
+
+
+def test_snapshot_help(cap, snap_compare):
+    app = make_app(cap, poll_seconds=60)
+
+    async def help_(pilot):
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=help_)

@@ -2,13 +2,16 @@
 following a capture that grows (no textual here: it is analyzer code)."""
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import SCHEMAS
+from slotscope.agent.tables import RPC, SCHEMAS
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.ranks import rank_table
-from slotscope.analyzer.timeline import JobSource, overview, rank_extras, rank_key
+from slotscope.analyzer.timeline import (JobSource, blocked_now, in_progress, overview, rank_detail, rank_extras,
+                                         rank_key, step_max, step_mean)
 from unit_helpers import meta, proc, sc, syscall_table
 
 pytestmark = pytest.mark.unit
@@ -59,10 +62,6 @@ def test_rank_extras(cap):
     # the slowest syscall that ended in the 5 s before the cursor
     assert r0["slowest_recent"]["syscall"] == "fsync"
     assert r0["slowest_recent"]["latency_ns"] == 50_000_000
-    assert r0["files"] == [                                          # most written first
-        {"path": "/mnt/ckpt/optim", "bytes": 8192, "calls": 1, "total_ns": 3_000_000},
-        {"path": "/mnt/ckpt/shard", "bytes": 4096, "calls": 2, "total_ns": 51_000_000},
-    ]
     # rank 1's slow write at 8 s is after the cursor: only the early one is recent
     assert extras[("node-a", 1, None)]["slowest_recent"]["latency_ns"] == 2_000_000
     # a process without a rank is keyed by its pid
@@ -113,3 +112,182 @@ def test_live_source_follows_new_segments_and_the_stop(tmp_path):
     source.refresh()
     assert not source.live
     assert source.span_ns() == 61 * S - T0
+
+
+def test_p99_is_numpys_higher_percentile(build_capture):
+    import numpy as np
+    lat = [(i * 7919) % 1000 * 1000 + 10 for i in range(250)]
+    rows = [sc(10, "write", v, 1, ts=at(1 + i * 0.01)) for i, v in enumerate(lat)]
+    rows += [sc(11, "write", 5, 1, ts=at(2))]
+    path = build_capture(syscalls=rows, procs=[proc(10, rank=0), proc(11, rank=1)])
+    extras = rank_extras(Job.open([path]))
+    assert extras[("node-a", 0, None)]["p99_ns"] == int(np.percentile(lat, 99, method="higher"))
+    assert extras[("node-a", 1, None)]["p99_ns"] == 5
+
+
+def test_rank_detail_files_and_rpcs(cap):
+    job = Job.open([cap])
+    d = rank_detail(job, "node-a", [10])
+    assert d["files"] == [                                          # most written first
+        {"path": "/mnt/ckpt/optim", "bytes": 8192, "calls": 1, "total_ns": 3_000_000, "max_ns": 3_000_000},
+        {"path": "/mnt/ckpt/shard", "bytes": 4096, "calls": 2, "total_ns": 51_000_000, "max_ns": 50_000_000},
+    ]
+    assert d["rpc"] == {"by_proc": {}, "attribution": {}}          # no rpc table in this capture
+    assert d["blocked"] == []
+
+
+# ---- captures with RPCs, slot samples, NIC counters and blocked snapshots ----
+
+def rpc_row(tgid: int, proc: str = "WRITE", begin: float = 1.0, slot_ms: float = 5, rtt_ms: float = 2,
+            exec_ms: float = 10, nbytes: int = 4096, complete: int = 1) -> dict:
+    b = at(begin)
+    row = {f.name: 0 for f in RPC}
+    row.update(ts_begin=b, ts_end=b + int(exec_ms * 1e6), owner_tgid=tgid, owner_tid=tgid, procname=proc,
+               progname="nfs", io_count=nbytes if proc == "WRITE" else 0, io_stable=2, complete=complete,
+               slot_wait_ns=int(slot_ms * 1e6), transmit_wait_ns=100_000, rtt_ns=int(rtt_ms * 1e6),
+               execute_ns=int(exec_ms * 1e6), backlog_ns=int(slot_ms * 1e6), server="10.0.0.1:2049", client_id=3,
+               status=0, version=3)
+    return row
+
+
+def slots_rows(points: list[tuple[float, int, int]]) -> list[dict]:
+    return [{"ts": at(t), "in_use": n, "backlog": w, "session_wait": 0, "sending": 0, "pending": 0,
+             "client_id": 3, "server": "10.0.0.1:2049"} for t, n, w in points]
+
+
+def netdev_rows(points: list[tuple[float, int]], speed: int | None = 1_000_000_000) -> list[dict]:
+    return [{"ts": at(t), "iface": "eth0", "server": "10.0.0.1", "speed_bps": speed, "tx_bytes": b,
+             "rx_bytes": b // 10, "tx_packets": 0, "rx_packets": 0} for t, b in points]
+
+
+def blocked_rows(snap_s: float, calls: list[tuple[int, str, float]]) -> list[dict]:
+    """One snapshot at snap_s: (tgid, syscall, entered at seconds)."""
+    return [{"ts": at(snap_s), "tid": tgid, "tgid": tgid, "syscall": name, "ts_enter": at(enter), "fd": 3,
+             "path": f"/mnt/ckpt/rank{tgid}", "dev": 42, "ino": tgid} for tgid, name, enter in calls]
+
+
+NFS_META = {"nfs_mounts": [{"server": "10.0.0.1", "mountpoint": "/mnt/ckpt", "proto": "tcp", "vers": "3",
+                            "nconnect": "1"}],
+            "sunrpc": {"tcp_max_slot_table_entries": "2"}}
+
+
+def write_capture(path: str, tables: dict[str, list[dict]], live: bool = False) -> CaptureWriter:
+    w = CaptureWriter(path, SCHEMAS)
+    m = meta(**NFS_META)
+    if live:
+        del m["stop"]
+    w.write_meta(m)
+    for name, rows in tables.items():
+        if rows:
+            w.append(name, pa.Table.from_pylist(rows, schema=SCHEMAS[name][0]))
+            w.tables[name].close_segment()
+    if not live:
+        w.close()
+    return w
+
+
+@pytest.fixture
+def nfs_cap(tmp_path):
+    path = str(tmp_path / "nfs")
+    write_capture(path, {
+        "procs": [proc(10, rank=0), proc(11, rank=1)],
+        "syscall": [sc(10, "write", 10_000_000, 4096, ts=at(1)), sc(10, "write", 3_000_000_000, 4096, ts=at(2)),
+                    sc(11, "write", 10_000_000, 4096, ts=at(1)), sc(11, "fsync", 20_000_000, ts=at(30))],
+        "rpc": [rpc_row(10, begin=1.0), rpc_row(10, begin=2.0, slot_ms=100, exec_ms=200),
+                rpc_row(11, begin=1.0), rpc_row(11, "COMMIT", begin=30.0, slot_ms=0, exec_ms=20)],
+        "slots": slots_rows([(1, 1, 0), (2, 2, 3), (4, 1, 0), (6, 0, 0)]),
+        "netdev": netdev_rows([(0, 0), (2, 125_000_000), (4, 125_000_000), (6, 375_000_000)]),
+        "blocked": blocked_rows(40, [(11, "close", 38.5), (11, "fsync", 39.5)]),
+    })
+    return path
+
+
+def test_rpcs_are_cut_at_the_cursor_by_their_end(nfs_cap):
+    source = JobSource(Job.open([nfs_cap]))
+    assert source.at(1 * S).table("rpc") is None                   # the first ones end at 1.01 s
+    assert source.at(1.5 * S).table("rpc").num_rows == 2
+    assert source.at(2.5 * S).table("rpc").num_rows == 3           # rank 0's second one ends at 2.2 s
+    assert source.at(None).table("rpc").num_rows == 4
+
+
+def test_in_progress_from_the_trace_and_from_snapshots(nfs_cap):
+    source = JobSource(Job.open([nfs_cap]))
+    # at 3 s rank 0 is 1 s into its 3 s write (a row written when it returned, at 5 s)
+    calls = in_progress(source.at(3 * S), source.at(None), 3 * S)
+    assert calls.select(["rank", "syscall", "age_ns", "source"]).to_pylist() == [
+        {"rank": 0, "syscall": "write", "age_ns": 1 * S, "source": "trace"}]
+    # following the end: only what the agent's snapshots say (the latest, 40 s: rank 1)
+    now = blocked_now(in_progress(source.at(None), None, 40 * S))
+    assert now == {("node-a", 1, None): {"syscall": "close", "path": "/mnt/ckpt/rank11", "age_ns": 1.5 * S,
+                                         "source": "snapshot", "calls": 2}}
+    # a snapshot more than 2 s before the cursor says nothing about now
+    assert in_progress(source.at(None), None, 43 * S) is None
+    # the overview puts it in the rank table
+    result = overview(source, 41 * S, "0")
+    by = {r["rank"]: r for r in result["ranks"]}
+    assert by[1]["blocked_now"]["syscall"] == "close" and by[0]["blocked_now"] is None
+
+
+def test_rank_detail_splits_the_ranks_rpcs_per_procedure(nfs_cap):
+    source = JobSource(Job.open([nfs_cap]))
+    d = rank_detail(source.at(None), "node-a", [10])
+    assert sorted(d["rpc"]["by_proc"]) == ["WRITE"]
+    w = d["rpc"]["by_proc"]["WRITE"]
+    assert w["count"] == 2 and w["bytes"] == 8192 and w["slot_wait_ns"] == 105_000_000
+    assert d["rpc"]["attribution"] == {"direct": 2}
+    assert sorted(rank_detail(source.at(None), "node-a", [11])["rpc"]["by_proc"]) == ["COMMIT", "WRITE"]
+    # as of 1.5 s: only the RPCs that had ended
+    assert rank_detail(source.at(1.5 * S), "node-a", [10])["rpc"]["by_proc"]["WRITE"]["count"] == 1
+
+
+def test_step_mean_and_max():
+    ts = np.array([10, 20, 30])
+    v = np.array([2, 4, 0])
+    edges = np.array([0, 10, 20, 25, 40])
+    assert step_mean(ts, v, edges).tolist() == [0.0, 2.0, 4.0, 4 * 5 / 15]
+    assert step_max(ts, v, edges).tolist() == [0.0, 2.0, 4.0, 4.0]
+    assert step_mean(np.array([], np.int64), np.array([]), edges).tolist() == [0.0] * 4
+
+
+def test_transport_series(nfs_cap):
+    source = JobSource(Job.open([nfs_cap]))
+    span = source.span_ns()
+    [s] = source.series(60)                     # one bin a second (60 s capture)
+    assert s["server"] == "10.0.0.1:2049" and s["limit"] == 2 and s["bins"] == 60
+    assert s["peak_in_use"] == 2 and s["waiting_peak"] == 3
+    # the slot samples sit 1000 ns after each second (T0): the bin of second 2..3 is at 2 in use
+    per = span / 60
+    i = int(2.5 * S / per)
+    assert s["in_use_peak"][i] == 2 and s["in_use"][i] == pytest.approx(2, abs=0.01)
+    assert s["waiting"][i] == pytest.approx(3, abs=0.01)
+    assert s["in_use"][int(10 * S / per)] == 0
+    link = s["link"]
+    assert link["iface"] == "eth0" and link["speed_bps"] == 1_000_000_000
+    # 125 MB in the 2 s up to 2 s: 500 Mb/s; nothing from 2 to 4 s; 1 Gb/s from 4 to 6 s
+    assert link["tx"][int(1 * S / per)] == pytest.approx(500e6, rel=0.01)
+    assert link["tx"][int(3 * S / per)] == pytest.approx(0, abs=1e3)
+    assert link["tx"][int(5 * S / per)] == pytest.approx(1e9, rel=0.01)
+    assert link["tx"][int(20 * S / per)] == 0
+    assert source.series(60) is source.series(60)                # cached until the capture grows
+
+
+def test_live_source_reads_only_new_segments_and_its_end_follows_any_table(tmp_path):
+    path = str(tmp_path / "live")
+    w = write_capture(path, {"syscall": [sc(10, "write", 1000, 100, ts=at(1))]}, live=True)
+    source = JobSource(Job.open([path]))
+    first = source.views[0].full("syscall")
+    assert source.span_ns() == 1 * S + 1000
+    gen = source.generation
+    assert not source.refresh() and source.generation == gen      # nothing new
+    w.append("agent", pa.Table.from_pylist([{"ts": at(5), "cpu_user_ns": 0, "cpu_sys_ns": 0, "rss_bytes": 0,
+                                            "events": 0, "rows": 0, "capture_bytes": 0, "bpf_run_ns": 0,
+                                            "bpf_run_cnt": 0}], schema=SCHEMAS["agent"][0]))
+    w.tables["agent"].close_segment()
+    assert source.refresh() and source.generation == gen + 1
+    assert source.span_ns() == 5 * S                                # the agent's heartbeat row
+    assert source.views[0].full("syscall") is first                # not re-read
+    grow(w, [sc(11, "write", 1000, 100, ts=at(6))])
+    assert source.refresh()
+    assert source.views[0].full("syscall").num_rows == 2
+    assert source.updated_at() is not None
+    w.close()

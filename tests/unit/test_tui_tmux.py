@@ -1,0 +1,140 @@
+"""`slotscope top` in a real terminal: tmux runs it at 120x40 on the shipped sample; the test
+waits for the rank table, sends keys, reads the screen with capture-pane, asserts what it
+shows, quits with q and checks the exit status. `slotscope demo --sample` on a terminal opens
+the same screen. Needs the tmux binary (dev.sh installs it); skipped without it, except in CI."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from unit_helpers import slotscope_command
+
+pytestmark = pytest.mark.unit
+
+WIDTH, HEIGHT = 120, 40
+
+
+@pytest.fixture
+def tmux(tmp_path):
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is not installed: dev.sh installs it (apt package tmux)")
+        pytest.skip("tmux is not installed (dev.sh installs it)")
+    return Tmux(tmp_path)
+
+
+class Tmux:
+    """One tmux server of our own (its own socket), one session running a command."""
+
+    def __init__(self, tmp_path):
+        self.socket = f"slotscope-test-{uuid.uuid4().hex[:8]}"
+        self.session = "top"
+        self.exit_file = tmp_path / "exit"
+
+    def tmux(self, *args: str, check: bool = True) -> str:
+        res = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
+        if check and res.returncode:
+            raise AssertionError(f"tmux {' '.join(args)}: {res.stderr}")
+        return res.stdout
+
+    def start(self, *command: str) -> None:
+        line = " ".join(shlex.quote(c) for c in command)
+        # COLUMNS/LINES from the test's environment would override the pane's size
+        shell = f"unset COLUMNS LINES; {line}; echo EXIT=$? > {shlex.quote(str(self.exit_file))}; sleep 60"
+        self.tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", str(HEIGHT), shell)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.session)
+
+    def wait_for(self, *texts: str, timeout: float = 60) -> str:
+        end = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < end:
+            screen = self.screen()
+            if all(t in screen for t in texts):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"never showed {texts!r}; the screen:\n{screen}")
+
+    def keys(self, *keys: str) -> None:
+        """Each key on its own, with a pause: an Escape followed at once by a key reads as Alt+key."""
+        for k in keys:
+            self.tmux("send-keys", "-t", self.session, k)
+            time.sleep(0.25 if k == "Escape" else 0.05)
+
+    def exit_status(self, timeout: float = 20) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.exit_file.exists() and self.exit_file.read_text().strip():
+                return self.exit_file.read_text().strip()
+            time.sleep(0.1)
+        raise AssertionError(f"did not exit; the screen:\n{self.screen()}")
+
+    def close(self) -> None:
+        self.tmux("kill-server", check=False)
+
+
+def rank_rows(screen: str) -> list[str]:
+    """The rank table's rows: lines starting with a right-aligned rank and host vm."""
+    return [line.split()[0] for line in screen.splitlines()
+            if len(line.split()) > 2 and line.split()[1] == "vm" and line.split()[0].isdigit()]
+
+
+def test_top_in_a_real_terminal(tmux):
+    from slotscope.agent.demo import sample_path
+    try:
+        tmux.start(*slotscope_command(), "top", sample_path())
+        screen = tmux.wait_for("rank▲", "verdict: slot_saturation", "Findings (2)")
+        assert rank_rows(screen) == [str(i) for i in range(8)]
+        assert "REPLAY" in screen and "cursor 52.2 s / 52.2 s" in screen
+        assert "slots & link" in screen and "10.0.0.1:2049 in use" in screen and "limit 2" in screen
+        assert "RPC latency per procedure" in screen and "WRITE          1,024" in screen
+        assert "fix: raise the transport slot table" in screen
+        assert len(max(screen.splitlines(), key=len)) <= WIDTH
+
+        tmux.keys("s", "s", "s", "s")                       # rank, host, pid, comm -> written
+        tmux.wait_for("sort: written", "written▼")
+
+        tmux.keys("/", "3", "Enter")                        # filter: only rank 3
+        screen = tmux.wait_for("filter: '3'")
+        assert rank_rows(screen) == ["3"]
+        tmux.keys("Escape")                                 # clear the filter
+        screen = tmux.wait_for("sort: written")
+        assert "filter:" not in screen and len(rank_rows(screen)) == 8
+
+        tmux.keys(*["Left"] * 8)                            # scrub back into the save
+        screen = tmux.wait_for("cursor 41.7 s / 52.2 s")
+        assert "blocked now" in screen and "write 0." in screen
+
+        tmux.keys("Enter")                                  # drill down into the first row
+        screen = tmux.wait_for("RPCs (ms per RPC; attributed:", "/mnt/nfs/ckpt/rank")
+        assert " on vm · pids " in screen and "WRITE" in screen
+        tmux.keys("Escape")
+        tmux.wait_for("Findings (2)")
+
+        tmux.keys("?")
+        tmux.wait_for("drill down into the selected rank")
+        tmux.keys("Escape")
+        tmux.wait_for("Findings (2)")
+
+        tmux.keys("q")
+        assert tmux.exit_status() == "EXIT=0"
+    finally:
+        tmux.close()
+
+
+def test_demo_sample_opens_the_tui_on_a_terminal(tmux):
+    try:
+        tmux.start(*slotscope_command(), "demo", "--sample")
+        screen = tmux.wait_for("rank▲", "verdict: slot_saturation")
+        assert len(rank_rows(screen)) == 8
+        tmux.keys("q")
+        assert tmux.exit_status() == "EXIT=0"
+    finally:
+        tmux.close()
