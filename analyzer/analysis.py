@@ -81,6 +81,8 @@ def kernel_check(job: Job, rpc: pa.Table | None) -> list[dict]:
     were lost or a mount came or went."""
     out = []
     for cap in job.captures:
+        if not cap.whole:      # mountstats cover the whole recording, not a window of it
+            continue
         host = cap.meta.get("host", "?")
         kernel: dict[str, int] = {}
         for d in capture_deltas(cap.meta).values():

@@ -88,6 +88,8 @@ class Capture:
                 found.append((m.group(1), name))
         return [os.path.join(folder, name) for _, name in sorted(found)]
 
+    whole = True        # the whole capture (views of a part of it say False)
+
     @property
     def live(self) -> bool:
         """Still being recorded: meta.json has no stop record yet."""

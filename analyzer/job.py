@@ -127,6 +127,10 @@ class WindowView:
     def __getattr__(self, name):          # path, meta, problems, live, tables...
         return getattr(self.capture, name)
 
+    @property
+    def whole(self) -> bool:
+        return self.since_utc is None and self.until_utc is None
+
     def read(self, table: str, include_partial: bool = False) -> pa.Table | None:
         t = self.capture.read(table, include_partial)
         if t is None:

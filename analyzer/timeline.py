@@ -99,6 +99,10 @@ class CaptureAt:
         return self.capture.path
 
     @property
+    def whole(self) -> bool:
+        return self.until_ns is None
+
+    @property
     def meta(self) -> dict:
         return self.capture.meta
 

@@ -75,3 +75,13 @@ def test_a_capture_that_missed_rpcs_says_so(capture):
     result = analyze(Job.open([capture(7)]), "0")
     [note] = [n for n in result["notes"] if "disagree" in n]
     assert "WRITE (7 captured, 10 counted on node-a)" in note
+
+
+def test_no_check_on_a_window_of_the_recording(capture):
+    """mountstats cover the whole recording: a window of it (--since/--until, the TUI's time
+    cursor) is not compared with them."""
+    from slotscope.analyzer.job import between
+    from unit_helpers import START_NS
+    job = between(Job.open([capture(7)]), START_NS, START_NS + 10**9)
+    result = analyze(job, "0")
+    assert result["kernel_check"] == [] and not any("disagree" in n for n in result["notes"])
