@@ -1,13 +1,28 @@
-"""Fixtures for the VM tier: the image is built (or found in the cache) once per session."""
+"""Fixtures for the VM tier: the image is built (or found in the cache) once per session,
+and so is each named scenario, so every test file can use the same runs.
+
+Each scenario fixture returns the results directory of one `run-scenario` (see
+README.md, "Reading the results"): scenario.json, mountstats.*, capture/, ...
+
+SLOTSCOPE_VM_RESULTS=DIR keeps the results in DIR/<scenario name> and reuses a stored
+run whose options and checkout sources (agent, bpf, guest scripts: `source_key` in
+scenario.json) are the same as now, instead of booting a VM again; a stored run that
+differs is replaced. Without it, runs go to pytest's temporary directory.
+"""
+import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+VM_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(VM_DIR))
 from vmrig.image import ensure_image  # noqa: E402
+from vmrig.scenario import expected_bytes, parser, source_key, spec_of  # noqa: E402
+from vmrig.scenarios import NAMED  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +33,55 @@ def vm_image():
     if missing:
         pytest.skip(f"the VM rig needs {', '.join(missing)} (apt-get install qemu-system-x86 debootstrap)")
     return ensure_image()
+
+
+def _reusable(out, args):
+    """A stored, successful run of the same options made from the same sources."""
+    try:
+        rec = json.loads((out / "scenario.json").read_text())
+    except (OSError, ValueError):
+        return False
+    spec = spec_of(parser().parse_args(["--out", str(out), *args]))
+    return (rec.get("spec") == spec and rec.get("source_key") == source_key()
+            and rec.get("server_bytes") == expected_bytes(spec) and not (out / "error.txt").exists()
+            and (not spec["agent"] or (out / "capture" / "meta.json").exists()))
+
+
+def scenario(tmp_path_factory, name, *args):
+    """Run one scenario (or reuse a stored run, see above); returns its results directory."""
+    args = [str(a) for a in args]
+    keep = os.environ.get("SLOTSCOPE_VM_RESULTS")
+    if keep:
+        out = Path(keep) / name
+        if _reusable(out, args):
+            return out
+        if out.exists():
+            if not (out / "scenario.json").exists() and not (out / "console.log").exists():
+                pytest.fail(f"{out} exists and does not look like scenario results: not replacing it")
+            shutil.rmtree(out)
+    else:
+        out = tmp_path_factory.mktemp(name) / "s"
+    p = subprocess.run([sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=1500, check=False)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+# --- the scenarios (options and what each shows: vmrig/scenarios.py), one VM run each
+
+def _named(name):
+    @pytest.fixture(scope="session", name=name)
+    def fixture(vm_image, tmp_path_factory):
+        return scenario(tmp_path_factory, name, *NAMED[name])
+    fixture.__doc__ = f"Results directory of the {name!r} scenario."
+    return fixture
+
+
+mixed = _named("mixed")
+saturated = _named("saturated")
+saturated_v42 = _named("saturated_v42")
+unconstrained = _named("unconstrained")
+frozen = _named("frozen")
+small_sync = _named("small_sync")
+flush_stall = _named("flush_stall")
+straggler = _named("straggler")

@@ -59,13 +59,25 @@ def timed(name):
     return wrap
 
 
+def copy_live(src, dst):
+    """Copy one file of the checkout, which may be edited meanwhile: an editor that saves
+    by rename makes a file vanish for an instant, so retry before giving up on it."""
+    for _ in range(10):
+        try:
+            return shutil.copy2(src, dst)
+        except FileNotFoundError:
+            time.sleep(0.2)
+    log(f"skipped {src}: it vanished from the checkout during the copy")
+    return dst
+
+
 @timed("install_project")
 def install_project():
     """Install the checkout under test from the read-only source share, fresh each run."""
     SRC.mkdir(exist_ok=True)
     sh("mount", "-t", "9p", "-o", "trans=virtio,version=9p2000.L,msize=262144,ro", "src", str(SRC))
     copy = Path("/tmp/src")
-    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns(
+    shutil.copytree(SRC, copy, copy_function=copy_live, ignore=shutil.ignore_patterns(
         ".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", "out", ".job"))
     sh(VENV_PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
        "--disable-pip-version-check", str(copy), timeout=600)
@@ -126,6 +138,9 @@ def set_link_loss(spec, loss_pct):
 
 @timed("nfs_server")
 def start_server(spec):
+    EXPORT.mkdir(exist_ok=True)
+    if spec.get("export_fs") == "tmpfs":  # no disk and journal behind the server's syncs
+        sh("mount", "-t", "tmpfs", "-o", "size=1g", "export", str(EXPORT))
     for d in ("/var/lib/nfs/rpc_pipefs", "/run/rpcbind", EXPORT / CKPT):
         Path(d).mkdir(parents=True, exist_ok=True)
     sh("mount", "-t", "nfsd", "nfsd", "/proc/fs/nfsd")
@@ -280,14 +295,17 @@ class Freeze(threading.Thread):
         self.window = [round(start - self.t_go, 3), round(time.monotonic() - self.t_go, 3)]
 
 
-@timed("writers")
-def run_writers(spec):
+def writers(spec, subdir=None, agent=None):
+    """Start the ranks together, wait for them; returns (ranks, freeze window, usage):
+    usage is the CPU and BPF time the agent (if given) and the whole guest spent
+    between the go and the last rank's exit."""
     procs = {}
+    target = f"{MNT}/{CKPT}" + (f"/{subdir}" if subdir else "")
     for rank in range(spec["ranks"]):
         p = rank_params(spec, rank)
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec["ranks"]))
         procs[rank] = subprocess.Popen(
-            [*CLI, VENV_PY, str(JOB / "guest/writer.py"), "--dir", f"{MNT}/{CKPT}",
+            [*CLI, VENV_PY, str(JOB / "guest/writer.py"), "--dir", target,
              "--write-size", str(p["write_size"]), "--mode", p["mode"],
              "--file-bytes", str(int(p["file_mb"] * 2**20)), "--files", str(spec["files_per_rank"])],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -295,6 +313,7 @@ def run_writers(spec):
         if p.stdout.readline().strip() != "ready":
             raise ScenarioError(f"rank {rank} failed to start (exit {p.wait()})")
     t_go = time.monotonic()
+    usage0 = usage(agent)
     freeze = None
     if spec["freeze_at"] is not None:
         freeze = Freeze(spec, t_go)
@@ -309,7 +328,9 @@ def run_writers(spec):
             dump_hang(procs)
             raise ScenarioError(f"writers still running after {spec['writer_timeout']} s "
                                 f"(blocked tasks and stacks in hang.txt)")
-        time.sleep(0.2)
+        time.sleep(0.1)
+    used = {k: v - usage0[k] for k, v in usage(agent).items()}
+    used["seconds"] = round(time.monotonic() - t_go, 3)
     ranks = []
     for rank, p in procs.items():
         out = p.stdout.read().strip()
@@ -318,7 +339,34 @@ def run_writers(spec):
         ranks.append(json.loads(out.splitlines()[-1]))
     if freeze:
         freeze.join()
-    return ranks, (freeze.window if freeze else None)
+    return ranks, (freeze.window if freeze else None), used
+
+
+run_writers = timed("writers")(writers)
+
+
+def usage(agent):
+    """Cumulative CPU time (ns): the guest's busy time over all CPUs, and, with an
+    agent, its process's user+system time and the run time of its BPF programs
+    (run_time_ns in the fdinfo of its program fds: the agent enables bpf_stats)."""
+    busy = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    tick = 1e9 / os.sysconf("SC_CLK_TCK")
+    res = {"guest_busy_ns": int((sum(busy) - busy[3] - busy[4]) * tick)}  # minus idle, iowait
+    if agent is None:
+        return res
+    stat = Path(f"/proc/{agent.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    res["agent_user_ns"] = int(int(stat[11]) * tick)
+    res["agent_sys_ns"] = int(int(stat[12]) * tick)
+    bpf = 0
+    for f in Path(f"/proc/{agent.proc.pid}/fdinfo").iterdir():
+        try:
+            for line in f.read_text().splitlines():
+                if line.startswith("run_time_ns:"):
+                    bpf += int(line.split()[1])
+        except OSError:
+            pass
+    res["agent_bpf_ns"] = bpf
+    return res
 
 
 def server_files():
@@ -327,10 +375,71 @@ def server_files():
     return {str(f.relative_to(root)): f.stat().st_size for f in sorted(root.rglob("*")) if f.is_file()}
 
 
+TRACING = Path("/sys/kernel/tracing")
+
+
+def ftrace_start(events):
+    """Enable kernel trace events (SYSTEM:EVENT) into the ftrace buffer, for checks
+    that need a kernel-side truth the agent does not record."""
+    (TRACING / "buffer_size_kb").write_text("8192")
+    (TRACING / "trace").write_text("")
+    for ev in events:
+        system, _, name = ev.partition(":")
+        (TRACING / "events" / system / name / "enable").write_text("1")
+    (TRACING / "tracing_on").write_text("1")
+
+
+def ftrace_stop(events):
+    (TRACING / "tracing_on").write_text("0")
+    for ev in events:
+        system, _, name = ev.partition(":")
+        (TRACING / "events" / system / name / "enable").write_text("0")
+    shutil.copy(TRACING / "trace", OUT / "ftrace.txt")
+
+
+def round_record(label, agent, ranks, used):
+    total = sum(r["bytes"] for r in ranks)
+    wall = max(r["wall_s"] for r in ranks)
+    return {"label": label, "agent": agent, "bytes": total, "wall_s": wall,
+            "bytes_per_s": round(total / wall, 1), "usage": used, "ranks": ranks}
+
+
+SETTLE_S = 3  # after the agent's start (its start-up work, reading /proc, is over), and likewise before a baseline
+
+
+def compare_agent(spec):
+    """The same writers without and with the agent, each round into its own directory:
+    a warm-up round (not measured), then `compare_agent` blocks of `compare_repeat`
+    rounds without the agent followed by as many with it (one agent start per block:
+    BCC's compile costs ~25 s under TCG)."""
+    rounds = []
+    _, _, used = writers(spec, "warmup")
+    log(f"warm-up round: {used['seconds']} s")
+
+    def block(k, agent):
+        time.sleep(SETTLE_S)
+        for j in range(1, spec.get("compare_repeat", 1) + 1):
+            label = f"{'agent' if agent else 'base'}-{k}.{j}"
+            ranks, _, used = writers(spec, label, agent)
+            rounds.append(round_record(label, agent is not None, ranks, used))
+            log(f"round {label}: {rounds[-1]['bytes_per_s'] / 2**20:.3f} MiB/s")
+            time.sleep(1)
+
+    for k in range(1, spec["compare_agent"] + 1):
+        block(k, None)
+        shutil.rmtree(CAPTURE, ignore_errors=True)
+        agent = Agent(spec)
+        agent.wait_ready(spec["agent_start_timeout"])
+        block(k, agent)
+        agent.stop(spec["agent_stop_timeout"])
+    shutil.copytree(CAPTURE, OUT / "capture")  # the last block's
+    return rounds
+
+
 def main():
     spec = json.loads((JOB / "spec.json").read_text())
     OUT.mkdir(exist_ok=True)
-    result = {"kernel": os.uname().release,
+    result = {"kernel": os.uname().release, "cpus": os.cpu_count(),
               "boot_seconds": float(Path("/proc/uptime").read_text().split()[0])}
     try:
         install_project()
@@ -342,14 +451,22 @@ def main():
         start_server(spec)
         result["mount_options"] = mount(spec)
         result["link_before"] = snapshot("before")
-        agent = None
-        if spec["agent"]:
-            agent = Agent(spec)
-            agent.wait_ready(spec["agent_start_timeout"])
-        result["ranks"], result["freeze_window_s"] = run_writers(spec)
-        if agent:
-            agent.stop(spec["agent_stop_timeout"])
-            shutil.copytree(CAPTURE, OUT / "capture")
+        if spec.get("ftrace"):
+            ftrace_start(spec["ftrace"])
+        if spec.get("compare_agent"):
+            result["rounds"] = compare_agent(spec)
+            result["ranks"], result["freeze_window_s"] = result["rounds"][-1]["ranks"], None
+        else:
+            agent = None
+            if spec["agent"]:
+                agent = Agent(spec)
+                agent.wait_ready(spec["agent_start_timeout"])
+            result["ranks"], result["freeze_window_s"], result["writers_usage"] = run_writers(spec, agent=agent)
+            if agent:
+                agent.stop(spec["agent_stop_timeout"])
+                shutil.copytree(CAPTURE, OUT / "capture")
+        if spec.get("ftrace"):
+            ftrace_stop(spec["ftrace"])
         result["link_after"] = snapshot("after")
         result["server_files"] = server_files()
         result["server_bytes"] = sum(result["server_files"].values())

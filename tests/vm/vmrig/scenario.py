@@ -5,6 +5,7 @@ the out/ directory (back) of the 9p job share.
 """
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -72,7 +73,21 @@ def parser():
     ap.add_argument("--server-freeze-for", type=float, metavar="S", help="how long it stays unreachable")
     ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record`")
     ap.add_argument("--no-agent", action="store_true", help="run without the agent")
+    ap.add_argument("--compare-agent", type=int, metavar="N",
+                    help="overhead mode: after a warm-up round, N blocks of rounds of the writers, "
+                         "each block without then with the agent (--compare-repeat rounds each), every "
+                         "round into its own directory; scenario.json's `rounds` has each round's "
+                         "bytes/s and CPU use (bench/overhead.py)")
+    ap.add_argument("--compare-repeat", type=int, default=1, metavar="M",
+                    help="with --compare-agent: M rounds in a row each time (one agent start per M rounds)")
+    ap.add_argument("--ftrace", action="append", default=[], metavar="SYSTEM:EVENT",
+                    help="also enable this kernel trace event during the writers; the ftrace buffer "
+                         "is saved as ftrace.txt (repeatable; e.g. nfs4:nfs4_sequence_done, whose slot_nr covers every "
+                         "SEQUENCE; nfs4_setup_sequence misses slots handed over at wake-up)")
     ap.add_argument("--nfsd-threads", type=int, default=16)
+    ap.add_argument("--export-fs", choices=("disk", "tmpfs"), default="disk",
+                    help="what the server exports: a directory on the VM's ext4 disk (its syncs go "
+                         "through the journal, whose timing varies under TCG), or a tmpfs")
     ap.add_argument("--agent-start-timeout", type=float, default=240,
                     help="seconds to wait for the agent's 'recording' line (BCC compiles slowly under TCG)")
     ap.add_argument("--agent-stop-timeout", type=float, default=120)
@@ -91,6 +106,14 @@ def check(ap, a):
         ap.error("--nconnect must be 1-16")
     if a.ranks < 1 or a.write_size < 1 or a.file_mb <= 0 or a.files_per_rank < 1:
         ap.error("--ranks, --write-size, --file-mb and --files-per-rank must be positive")
+    if a.compare_agent is not None:
+        if a.compare_agent < 1 or a.compare_repeat < 1:
+            ap.error("--compare-agent, --compare-repeat: at least 1")
+        if a.no_agent or a.server_freeze_at is not None:
+            ap.error("--compare-agent runs the agent itself and cannot freeze the server")
+    for ev in a.ftrace:
+        if ev.count(":") != 1 or "/" in ev or ".." in ev:
+            ap.error(f"--ftrace {ev!r}: want SYSTEM:EVENT")
     for rank, _ in a.rank_override:
         if not 0 <= rank < a.ranks:
             ap.error(f"--rank-override: rank {rank} is not in 0..{a.ranks - 1}")
@@ -109,6 +132,8 @@ def spec_of(a):
         "agent": not a.no_agent, "agent_args": a.agent_args.split(),
         "nfsd_threads": a.nfsd_threads, "agent_start_timeout": a.agent_start_timeout,
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
+        "compare_agent": a.compare_agent,
+        "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,
     }
 
 
@@ -117,7 +142,20 @@ def expected_bytes(spec):
     for rank in range(spec["ranks"]):
         mb = spec["rank_overrides"].get(str(rank), {}).get("file_mb", spec["file_mb"])
         total += int(mb * 2**20) * spec["files_per_rank"]
-    return total
+    rounds = 1 + 2 * spec["compare_agent"] * spec["compare_repeat"] if spec.get("compare_agent") else 1  # + warm-up
+    return total * rounds
+
+
+def source_key():
+    """Hash of what a VM run executes from the checkout (agent, BPF programs, guest
+    scripts, packaging): results made with another key came from other code."""
+    h = hashlib.sha256()
+    files = [REPO / "pyproject.toml", *sorted((REPO / "agent").rglob("*.py")), *sorted((REPO / "bpf").glob("*.[ch]")),
+             *sorted((VM_DIR / "guest").glob("*"))]
+    for f in files:
+        if f.is_file():
+            h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def log(msg):
@@ -139,6 +177,7 @@ def run(a):
         raise ScenarioFailed(f"{out} exists and is not empty")
     out.mkdir(parents=True, exist_ok=True)
     spec = spec_of(a)
+    sources = source_key()  # before the run: the checkout may change meanwhile
     t0 = time.monotonic()
     image = ensure_image()
     image_seconds = round(time.monotonic() - t0, 1)
@@ -160,7 +199,7 @@ def run(a):
     guest = json.loads(guest_json.read_text())
     guest_json.unlink()
     record = {"options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-              "spec": spec, "image": image.manifest["key"], "accel": res.accel,
+              "spec": spec, "image": image.manifest["key"], "source_key": sources, "accel": res.accel,
               "kernel_abi": image.manifest["kernels"][a.kernel]["abi"],
               "host_seconds": {"image_check": image_seconds, "vm": res.seconds},
               "expected_bytes": expected_bytes(spec), **guest}
@@ -188,6 +227,9 @@ def summary(out):
     if w:
         lines.append("WRITE: " + mountstats.describe(w))
     lines += [f"xprt: {x}" for x in delta["xprt_lines"]]
+    for r in rec.get("rounds", ()):
+        lines.append(f"round {r['label']}: {r['bytes']} bytes in {r['wall_s']:.2f} s, "
+                     f"{r['bytes_per_s'] / 2**20:.3f} MiB/s")
     return "\n".join(lines)
 
 

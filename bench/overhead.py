@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""What the agent costs a checkpoint save on real NFS, in one VM boot (the tests/vm rig).
+
+The small-sync-write scenario (tests/vm/vmrig/scenarios.py "small_sync": NFSv3, 8 ranks
+of 4 KiB O_SYNC writes, 10 ms RTT, no slot limit) runs its writers again and again in
+the same boot: an unmeasured warm-up round, then --blocks blocks of --repeat rounds
+without the agent followed by --repeat rounds with `slotscope record` (one agent start
+per block: BCC's compile takes ~25 s under TCG), each round into its own files.
+A round's figure is its bytes per second (all ranks' bytes / the slowest rank's wall
+time); the result is the mean with the agent over the mean without it (goal: at least
+97%). Needs root and the VM rig (qemu; tests/vm/README.md).
+
+    sudo .venv/bin/python bench/overhead.py [--blocks 2] [--repeat 3] [--file-mb 0.5] [--json] [--out DIR]
+
+Per round it also shows the guest's CPU use and, with the agent, the agent process's
+user+system CPU and its BPF programs' run time during the writers: where the cost
+goes. Under TCG (no KVM) every guest instruction is emulated, so the agent's CPU is
+amplified, and the VM's 2 vCPUs share the host's cores with whatever else runs there
+(the first line says how much CPU other processes used meanwhile): read the baseline
+rounds' spread before the ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VM_DIR = REPO / "tests" / "vm"
+sys.path.insert(0, str(VM_DIR))
+from vmrig.scenarios import NAMED  # noqa: E402
+
+GOAL = 0.97
+
+
+def option(args, name, value):
+    """args with --name set to value (replaced if present)."""
+    args = list(args)
+    if name in args:
+        args[args.index(name) + 1] = str(value)
+    else:
+        args += [name, str(value)]
+    return args
+
+
+def host_cpu() -> tuple[float, float]:
+    """(busy CPU seconds of the whole host, CPU seconds of our waited-for children)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK"), ru.ru_utime + ru.ru_stime
+
+
+def run(out: Path, a) -> dict:
+    args = option(NAMED["small_sync"], "--file-mb", a.file_mb)
+    cmd = [sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), "--kernel", a.kernel,
+           "--compare-agent", str(a.blocks), "--compare-repeat", str(a.repeat), "--export-fs", a.export_fs, *args]
+    if a.agent_args:
+        cmd += ["--agent-args", a.agent_args]
+    busy0, ours0 = host_cpu()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    busy1, ours1 = host_cpu()
+    if p.returncode != 0:
+        raise SystemExit(f"overhead: the scenario failed:\n{p.stderr[-3000:]}")
+    rec = json.loads((out / "scenario.json").read_text())
+    # the VM (qemu) is our child: what else kept the host's cores busy meanwhile
+    rec["host_other_cpu_s"] = round(max(0.0, (busy1 - busy0) - (ours1 - ours0)), 1)
+    return rec
+
+
+def summarize(rec: dict) -> dict:
+    rounds = rec["rounds"]
+    per_round = rec["expected_bytes"] // (1 + len(rounds))
+    cpus = rec.get("cpus", 2)
+    rows = []
+    for r in rounds:
+        u = r["usage"]
+        secs = u["seconds"]
+        rows.append({
+            "label": r["label"], "agent": r["agent"], "bytes": r["bytes"], "all_bytes": r["bytes"] == per_round,
+            "wall_s": r["wall_s"], "bytes_per_s": r["bytes_per_s"],
+            "guest_busy_pct": round(100 * u["guest_busy_ns"] / 1e9 / secs / cpus, 1),
+            "agent_cpu_s": round((u.get("agent_user_ns", 0) + u.get("agent_sys_ns", 0)) / 1e9, 3) if r["agent"] else None,
+            "agent_cpu_pct": round(100 * (u.get("agent_user_ns", 0) + u.get("agent_sys_ns", 0)) / 1e9 / secs, 1)
+            if r["agent"] else None,
+            "agent_bpf_s": round(u.get("agent_bpf_ns", 0) / 1e9, 3) if r["agent"] else None,
+        })
+    base = [r["bytes_per_s"] for r in rows if not r["agent"]]
+    agent = [r["bytes_per_s"] for r in rows if r["agent"]]
+    mean_base, mean_agent = statistics.fmean(base), statistics.fmean(agent)
+    for r in rows:
+        r["vs_baseline"] = round(r["bytes_per_s"] / mean_base, 4)
+    ratio = mean_agent / mean_base
+    return {
+        "scenario": rec["options"], "kernel": rec["kernel"], "accel": rec["accel"], "rounds": rows,
+        "baseline_bytes_per_s": round(mean_base, 1), "agent_bytes_per_s": round(mean_agent, 1),
+        "ratio": round(ratio, 4), "median_ratio": round(statistics.median(agent) / statistics.median(base), 4),
+        "baseline_spread": [round(min(base) / mean_base, 3), round(max(base) / mean_base, 3)],
+        "goal": GOAL, "meets_goal": ratio >= GOAL,
+        "vm_seconds": rec["host_seconds"]["vm"], "host_other_cpu_s": rec.get("host_other_cpu_s"),
+    }
+
+
+def show(s: dict) -> str:
+    lines = [f"small-sync writes, {s['kernel']} ({s['accel']}), one VM boot of {s['vm_seconds']} s; "
+             f"other processes used {s['host_other_cpu_s']} CPU s of the host meanwhile",
+             f"{'round':<10} {'agent':>5} {'bytes':>9} {'wall s':>7} {'MiB/s':>7} {'vs base':>7} "
+             f"{'guest busy':>10} {'agent CPU':>15} {'BPF s':>6}"]
+    for r in s["rounds"]:
+        cpu = "" if r["agent_cpu_s"] is None else f"{r['agent_cpu_s']:.2f} s {r['agent_cpu_pct']:>3.0f}%"
+        lines.append(f"{r['label']:<10} {'yes' if r['agent'] else 'no':>5} {r['bytes']:>9} {r['wall_s']:>7.2f} "
+                     f"{r['bytes_per_s'] / 2**20:>7.3f} {r['vs_baseline']:>7.3f} {r['guest_busy_pct']:>9.1f}% "
+                     f"{cpu:>15} {'' if r['agent_bpf_s'] is None else r['agent_bpf_s']:>6}")
+    lo, hi = s["baseline_spread"]
+    lines.append(f"throughput with the agent: {100 * s['ratio']:.1f}% of the baseline (means; medians "
+                 f"{100 * s['median_ratio']:.1f}%); baseline rounds ranged {100 * lo:.0f}-{100 * hi:.0f}% of "
+                 f"their mean; goal {100 * s['goal']:.0f}%: {'met' if s['meets_goal'] else 'NOT met'}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--blocks", type=int, default=2, help="blocks: rounds without, then with the agent")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of each kind per block")
+    ap.add_argument("--file-mb", type=float, default=0.5, help="MiB each rank writes per round")
+    ap.add_argument("--kernel", choices=("6.1", "6.12"), default="6.1")
+    ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record`")
+    ap.add_argument("--export-fs", choices=("disk", "tmpfs"), default="disk",
+                    help="the server's export: the scenario's directory on the VM's disk (default), or a "
+                         "tmpfs (no journal commits behind the server's syncs: faster rounds)")
+    ap.add_argument("--out", type=Path, help="keep the scenario results here (default: a temporary directory)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if a.out:
+        rec = run(a.out, a)
+    else:
+        with tempfile.TemporaryDirectory(prefix="slotscope-overhead-") as tmp:
+            rec = run(Path(tmp) / "s", a)
+    s = summarize(rec)
+    print(json.dumps(s, indent=2) if a.json else show(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""bench/overhead.py as a smoke test (VM tier): one boot runs the small-sync writers
+without and with the agent and reports both figures and their ratio. The ratio's value
+is not checked here: timings under emulation do not belong in a test."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+pytestmark = pytest.mark.vm
+
+
+def test_overhead_bench_reports_both_figures(vm_image, tmp_path):
+    p = subprocess.run([sys.executable, str(REPO / "bench/overhead.py"), "--blocks", "1", "--repeat", "1",
+                        "--file-mb", "0.125", "--json", "--out", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=1500, check=False)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    rounds = res["rounds"]
+    assert [(r["label"], r["agent"]) for r in rounds] == [("base-1.1", False), ("agent-1.1", True)]
+    for r in rounds:
+        assert r["all_bytes"] and r["bytes"] == 8 * 2**17, r
+        assert r["bytes_per_s"] > 0
+    assert res["baseline_bytes_per_s"] > 0 and res["agent_bytes_per_s"] > 0
+    assert 0 < res["ratio"] < 100
+    agent = rounds[1]
+    assert agent["agent_cpu_s"] > 0 and agent["agent_bpf_s"] > 0   # the agent ran, its programs too
+    rec = json.loads((tmp_path / "s" / "scenario.json").read_text())
+    assert rec["server_bytes"] == rec["expected_bytes"] == 3 * 8 * 2**17   # warm-up + both rounds
+    assert (tmp_path / "s" / "capture" / "meta.json").exists()

@@ -1,0 +1,47 @@
+"""The named scenarios: `run-scenario` options of the VM tier's session fixtures
+(tests/vm/conftest.py) and of bench/overhead.py. Each is meant to show one thing
+clearly and to finish in about 90 s under TCG (boot, project install and the agent's
+BCC compile take ~60 s of that)."""
+
+NAMED = {
+    # fsync'ed 64 KiB writes (WRITE + COMMIT), one rank of 4 KiB O_SYNC writes, plus the
+    # LOOKUP/CREATE/ACCESS/GETATTR of creating the files; a 2-slot table makes waits real.
+    "mixed": ["--nfs-vers", "3", "--slots", "2", "--delay-ms", "5", "--ranks", "4", "--write-size", "65536",
+              "--mode", "fsync", "--file-mb", "1", "--rank-override", "1:write-size=4096,mode=osync"],
+    # NFSv3 transport slot table of 4, 8 ranks of 4 KiB O_SYNC writes, 20 ms RTT:
+    # WRITEs queue on xprt_backlog.
+    "saturated": ["--nfs-vers", "3", "--slots", "4", "--delay-ms", "10", "--ranks", "8", "--write-size", "4096",
+                  "--mode", "osync", "--file-mb", "0.25"],
+    # The same storm on NFSv4.2 with 4 session slots (nfs.max_session_slots): the wait
+    # moves to the session's "ForeChannel Slot table"; the transport has slots to spare.
+    # ftrace of nfs4_sequence_done gives the kernel's own slot number of every SEQUENCE
+    # and the server's highest/target slot ids.
+    "saturated_v42": ["--nfs-vers", "4.2", "--slots", "4", "--delay-ms", "10", "--ranks", "8",
+                      "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25",
+                      "--ftrace", "nfs4:nfs4_sequence_done"],
+    # Healthy: 1 MiB buffered writes, no slot limit; a tiny dirty_background_bytes makes
+    # the flusher kworker write back while the ranks are still writing.
+    "unconstrained": ["--nfs-vers", "3", "--ranks", "4", "--write-size", "1048576", "--mode", "buffered",
+                      "--file-mb", "4", "--dirty-background-bytes", "65536"],
+    # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
+    # timeo makes the client log "not responding" (and "OK") within the freeze.
+    "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",
+               "--delay-ms", "10", "--timeo", "20", "--retrans", "1",
+               "--server-freeze-at", "1", "--server-freeze-for", "25"],
+    # Many small FILE_SYNC WRITEs (4 KiB O_SYNC, 8 ranks, 10 ms RTT) and no slot limit:
+    # the dynamic slot table grows, nothing queues for a slot; each write waits a round
+    # trip. Also the workload of bench/overhead.py.
+    "small_sync": ["--nfs-vers", "3", "--delay-ms", "5", "--ranks", "8", "--write-size", "4096",
+                   "--mode", "osync", "--file-mb", "0.25"],
+    # 1 MiB buffered writes land in the page cache at once; the flush at fsync() pushes
+    # them through a slow link (20 Mbit/s, 40 ms RTT, 64 KiB WRITEs): the ranks spend
+    # their save in fsync. No slot limit: the table grows, nothing queues for a slot.
+    "flush_stall": ["--nfs-vers", "3", "--delay-ms", "20", "--rate-mbit", "20", "--wsize", "65536",
+                    "--ranks", "4", "--write-size", "1048576", "--mode", "fsync", "--file-mb", "4"],
+    # 4 ranks of buffered 1 MiB writes, 1 MiB each, except rank 2 with 16 MiB, flushed at
+    # close() over a 40 Mbit/s link (so that times are seconds, not tens of ms): rank 2
+    # ends about 4x later than the median rank. No slot limit.
+    "straggler": ["--nfs-vers", "3", "--delay-ms", "5", "--rate-mbit", "40", "--ranks", "4",
+                  "--write-size", "1048576", "--mode", "buffered", "--file-mb", "1",
+                  "--rank-override", "2:file-mb=16"],
+}
