@@ -52,7 +52,7 @@ def test_saturated_slot_table(saturated):
     assert ev["link_speed_bps"] == 10_000_000_000 and ev["link_mean_util"] < 0.01
     assert "tcp_max_slot_table_entries" in f["fix"] and "nconnect" in f["fix"]
     [t] = result["transports"]
-    assert t["saturated_fraction"] == ev["saturated_fraction"] and t["peak_in_use"] == 4
+    assert t["saturated_fraction"] == pytest.approx(ev["saturated_fraction"], abs=1e-3) and t["peak_in_use"] == 4
 
 
 def test_saturated_session_slots(saturated_v42):
