@@ -16,6 +16,7 @@ from .ranks import rank_table
 from .rpcs import by_proc
 from .thresholds import Thresholds
 from .transports import transport_table
+from .units import pct
 
 UTC_COLUMNS = ("ts_begin", "ts_end", "ts_first_tx")
 
@@ -117,7 +118,7 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
             util = link["mean_util"]
             speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "unknown"
             out.append({"question": f"link utilisation during the save ({link['iface']})",
-                        "answer": None if util is None else f"{100 * util:.1f}%",
+                        "answer": None if util is None else pct(util),
                         "value": f"mean {link['mean_tx_bps'] / 1e6:.1f} Mb/s out, peak {link['peak_bps'] / 1e6:.1f} "
                                  f"Mb/s, capacity {speed}"})
     if window:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from .job import WRITE_SYSCALLS, Job
 from .ranks import syscall_rows, with_identity
 from .report_text import _clock, _value, rank_ranges
-from .units import size
+from .units import pct, size
 from .transports import transport_table
 
 # Layout of the time plots, in inches: every one has the same width and margins, so their
@@ -886,7 +886,7 @@ def _transport_table(transports: list[dict]) -> str:
         link = t["link"]
         if link:
             speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "speed unknown"
-            util = "" if link["mean_util"] is None else f", mean {100 * link['mean_util']:.1f}%"
+            util = "" if link["mean_util"] is None else f", mean {pct(link['mean_util'])}"
             peak = "" if link["peak_util"] is None else f", peak {100 * link['peak_util']:.1f}%"
             link_text = (f"{link['iface']} {speed}, {link['mean_tx_bps'] / 1e6:.1f} Mb/s out, "
                          f"{link['mean_rx_bps'] / 1e6:.1f} Mb/s in{util}{peak}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from .units import size
+from .units import pct, size
 
 WIDTH = 100
 MAX_RANK_ROWS = 40
@@ -107,7 +107,7 @@ def _transport_rows(transports: list[dict]) -> list[str]:
         link = t["link"]
         if link:
             speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "speed unknown"
-            util = "" if link["mean_util"] is None else f" ({100 * link['mean_util']:.1f}%)"
+            util = "" if link["mean_util"] is None else f" ({pct(link['mean_util'])})"
             link_text = f"{link['iface']} {speed}, {_rate(link['mean_tx_bps'])} out{util}"
         else:
             link_text = "-"
