@@ -9,7 +9,7 @@ from slotscope.analyzer.capture import FORMAT_MAJOR
 
 from .attribution import attributed_rpcs
 from .findings import Context, find, verdict
-from .job import Job, WindowView, iso_utc
+from .job import Job, iso_utc
 from .kernel_log import fingerprints
 from .mountstats import capture_deltas
 from .ranks import rank_table
@@ -46,10 +46,10 @@ def log_events(job: Job, kernel_log: pa.Table | None) -> pa.Table | None:
         # A plain dmesg has monotonic stamps only: they are on a capture's clock when the log
         # names that capture's host, or when there is exactly one capture.
         mono = pc.and_(pc.is_null(fp["ts_utc_ns"]), pc.is_valid(fp["ts_mono_ns"]))
-        if len(hosts) == 1 and pc.any(mono).as_py():
-            host = pc.fill_null(fp["host"], next(iter(hosts)))
-            fp = fp.set_column(fp.schema.get_field_index("host"), "host", host)
         if pc.any(mono).as_py():
+            if len(hosts) == 1:
+                host = pc.fill_null(fp["host"], next(iter(hosts)))
+                fp = fp.set_column(fp.schema.get_field_index("host"), "host", host)
             known = pc.is_in(fp["host"], pa.array(sorted(hosts), pa.string()))
             guess = job.to_utc(pc.fill_null(fp["host"], "?"), pc.fill_null(fp["ts_mono_ns"], 0))
             fp = fp.set_column(fp.schema.get_field_index("ts_utc_ns"), "ts_utc_ns",
@@ -145,7 +145,7 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
     nothing = not ranks and rpc is None and ctx.log is None
     if nothing:
         notes.append("nothing to assess: no traced syscalls, RPCs or kernel log lines"
-                     + (" in the window" if isinstance(job.captures[0], WindowView) else "") if job.captures
+                     + (" in the window" if not job.captures[0].whole else "") if job.captures
                      else "nothing to assess")
     elif rpc is None and job.captures:
         notes.append("no RPC rows: slot-table, server and WRITE findings need the sunrpc/NFS probes "

@@ -46,6 +46,8 @@ class Capture:
     meta: dict
     problems: list[str] = field(default_factory=list)
 
+    whole = True        # the whole capture (views of a part of it say False)
+
     @classmethod
     def open(cls, path: str) -> "Capture":
         if not os.path.exists(path):
@@ -87,8 +89,6 @@ class Capture:
             if m:
                 found.append((m.group(1), name))
         return [os.path.join(folder, name) for _, name in sorted(found)]
-
-    whole = True        # the whole capture (views of a part of it say False)
 
     @property
     def live(self) -> bool:

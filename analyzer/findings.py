@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
-from .ranks import FLUSH_SYSCALLS, RANK_KEYS, blocked_calls, with_identity
+from .ranks import FLUSH_SYSCALLS, RANK_KEYS, blocked_calls, rank_key, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
@@ -373,7 +373,7 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
         return []
     savers = ctx.savers()
     keys = {(g["host"], g["rank"], g["solo"]) for g in hit}
-    entries = [r for r in savers if (r["host"], r["rank"], r["pids"][0] if r["rank"] is None else None) in keys]
+    entries = [r for r in savers if rank_key(r) in keys]
     stable = {STABLE_NAMES.get(k, str(k)): v for k, v in
               zip(*np.unique(writes["io_stable"].to_numpy(zero_copy_only=False), return_counts=True))}
     sizes = writes["io_count"].to_numpy(zero_copy_only=False)

@@ -13,6 +13,11 @@ FLUSH_SYSCALLS = ("close", "fsync", "fdatasync", "sync_file_range")
 RANK_KEYS = ["host", "rank", "solo"]
 
 
+def rank_key(r: dict) -> tuple:
+    """The identity of a rank_table entry: (host, rank, pid of a process without a rank)."""
+    return (r["host"], r["rank"], r["pids"][0] if r["rank"] is None else None)
+
+
 def with_identity(job: Job, sc: pa.Table, tgid: str = "tgid") -> pa.Table:
     """`sc` with the rank and comm of its process, and `solo`: the pid of a process without a
     rank (it stands alone), null for ranked ones. (host, rank, solo) names a rank entry."""

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .job import WRITE_SYSCALLS, Job
-from .ranks import syscall_rows, with_identity
+from .ranks import rank_key, syscall_rows, with_identity
 from .report_text import _clock, _value, rank_ranges
 from .units import pct, size
 from .transports import transport_table
@@ -238,6 +238,21 @@ def _time_figure(ctx: _TimeContext, heights: list[float]):
     return fig, axes
 
 
+def _finish_panels(plot: Plot, fig, axes, ctx: _TimeContext, tag: str, more: int, more_what: str,
+                   reduced: bool) -> Plot:
+    """A time plot of stacked panels (one per transport or link): one time axis label at the
+    bottom, and captions for the panels left out and the series reduced to bins."""
+    for ax in axes[:-1]:
+        ax.tick_params(labelbottom=False)
+    axes[-1].set_xlabel(_axis_label(ctx))
+    if more > 0:
+        plot.caption += f"{more} more {more_what}. "
+    if reduced:
+        plot.caption += (f"Long series are reduced to {MAX_STEP_POINTS} time bins: the line is the mean "
+                         "in each bin, the band the range it took there. ")
+    return _finish_time_plot(plot, fig, axes, ctx, tag)
+
+
 def _finish_time_plot(plot: Plot, fig, axes, ctx: _TimeContext, tag: str) -> Plot:
     for ax in axes:
         ax.set_xlim(*ctx.xlim)          # nothing drawn may have moved it
@@ -364,7 +379,7 @@ def _occupancy_plot(ctx: _TimeContext, result: dict) -> Plot:
     stats_of = {(t["host"], t["server"]): t for t in result["transports"]}
     fig, axes = _time_figure(ctx, [1.55] * len(shown))
     reduced = False
-    for i, (t, ax) in enumerate(zip(shown, axes)):
+    for t, ax in zip(shown, axes):
         occ = t["_occupancy"]
         stats = stats_of.get((t["host"], t["server"]), t)
         in_use = _steps(occ.ts, occ.cols["in_use"], ctx.x0, ctx.x1)
@@ -389,15 +404,7 @@ def _occupancy_plot(ctx: _TimeContext, result: dict) -> Plot:
         limit = "" if t["max_slots"] else "  limit unknown"
         ax.set_title(_mpl(f"{t['host']} → {t['server'] or '?'}") + full + limit, loc="left")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        if i < len(shown) - 1:
-            ax.tick_params(labelbottom=False)
-    axes[-1].set_xlabel(_axis_label(ctx))
-    if more > 0:
-        plot.caption += f"{more} more transports are in the table below. "
-    if reduced:
-        plot.caption += (f"Long series are reduced to {MAX_STEP_POINTS} time bins: the line is the mean "
-                         "in each bin, the band the range it took there. ")
-    return _finish_time_plot(plot, fig, axes, ctx, "occupancy")
+    return _finish_panels(plot, fig, axes, ctx, "occupancy", more, "transports are in the table below", reduced)
 
 
 def _axis_label(ctx: _TimeContext) -> str:
@@ -436,7 +443,7 @@ def _link_plot(ctx: _TimeContext, result: dict) -> Plot:
     stats_of = {(t["host"], t["server"]): t for t in result["transports"]}
     fig, axes = _time_figure(ctx, [1.45] * len(links))
     reduced = False
-    for i, ((t, link), ax) in enumerate(zip(links, axes)):
+    for (t, link), ax in zip(links, axes):
         end, tx, rx = (np.asarray(a) for a in link["_series"])
         # each rate holds over the sampling interval that ends at its sample
         dt = np.diff(end)
@@ -474,22 +481,10 @@ def _link_plot(ctx: _TimeContext, result: dict) -> Plot:
         ax.set_ylabel("bits/s")
         ax.set_title(_mpl(f"{t['host']} {link['iface']} → {t['server'] or '?'}") + util, loc="left")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        if i < len(links) - 1:
-            ax.tick_params(labelbottom=False)
-    axes[-1].set_xlabel(_axis_label(ctx))
-    if more > 0:
-        plot.caption += f"{more} more links are in the transport table. "
-    if reduced:
-        plot.caption += (f"Long series are reduced to {MAX_STEP_POINTS} time bins: the line is the mean "
-                         "in each bin, the band the range it took there. ")
-    return _finish_time_plot(plot, fig, axes, ctx, "link")
+    return _finish_panels(plot, fig, axes, ctx, "link", more, "links are in the transport table", reduced)
 
 
 # --- (3) per-rank blocked time
-
-def _rank_key(r: dict) -> tuple:
-    return (r["host"], r["rank"], None if r["rank"] is not None else r["pids"][0])
-
 
 def _rank_label(r: dict, many_hosts: bool) -> str:
     name = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]}"
@@ -503,7 +498,7 @@ def _rank_plot(ctx: _TimeContext, job: Job, result: dict) -> Plot:
     if ctx.x0 is None or sc is None or not sc.num_rows or not ranks:
         plot.note = "no traced syscalls on matching files: nothing to draw per rank"
         return plot
-    row_of = {_rank_key(r): i for i, r in enumerate(ranks)}
+    row_of = {rank_key(r): i for i, r in enumerate(ranks)}
     hosts = sc["host"].to_pylist()
     rank_col = sc["rank"].to_pylist()
     solo = sc["solo"].to_pylist()
@@ -678,7 +673,7 @@ def write_sizes(job: Job, result: dict) -> tuple[np.ndarray, str]:
         return np.array([], dtype=np.int64), ""
     sc = sc.filter(pc.is_in(sc["syscall"], pa.array(WRITE_SYSCALLS)))
     sc = with_identity(job, sc)
-    wanted = {_rank_key(r) for r in result["ranks"]}
+    wanted = {rank_key(r) for r in result["ranks"]}
     keys = zip(sc["host"].to_pylist(), sc["rank"].to_pylist(), sc["solo"].to_pylist())
     mask = np.array([k in wanted for k in keys], dtype=bool)
     sizes = sc["bytes"].to_numpy(zero_copy_only=False)

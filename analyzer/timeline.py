@@ -27,7 +27,7 @@ from .analysis import analyze
 from .attribution import attributed_rpcs
 from .capture import Capture
 from .job import WRITE_SYSCALLS, Job
-from .ranks import RANK_KEYS, with_identity
+from .ranks import RANK_KEYS, rank_key, with_identity
 from .rpcs import by_proc
 from .transports import transport_table
 
@@ -208,10 +208,6 @@ class JobSource:
             self._series[key] = transport_series(self.at(None), self.span_ns(), bins)
         return self._series[key]
 
-
-def rank_key(r: dict) -> tuple:
-    """The identity of a rank_table entry: (host, rank, pid of a process without a rank)."""
-    return (r["host"], r["rank"], r["pids"][0] if r["rank"] is None else None)
 
 
 def _syscalls(job: Job, columns: list[str]) -> pa.Table | None:
