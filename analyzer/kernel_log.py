@@ -247,25 +247,3 @@ def fingerprints(messages: pa.Table) -> pa.Table:
         if row["kind"] == "hung_task" and not row["functions"]:
             row["functions"] = row["nfs_related"] = None   # no trace seen: unknown
     return pa.Table.from_pylist(rows, schema=FINGERPRINT_SCHEMA)
-
-
-def servers_not_responding(fp: pa.Table) -> dict[str, dict]:
-    """Per server, in log order: counts of not_responding / timed_out / responding events, the
-    first not-responding event's timestamps (a timed_out counts), the last responding event's, and
-    `still_down`: the server's last event says it is not responding."""
-    out: dict[str, dict] = {}
-    for r in fp.select(["kind", "server", "ts_mono_ns", "ts_utc_ns"]).to_pylist():
-        if r["kind"] not in ("not_responding", "timed_out", "responding") or r["server"] is None:
-            continue
-        s = out.setdefault(r["server"], {"not_responding": 0, "timed_out": 0, "responding": 0,
-                                         "first_not_responding_mono_ns": None, "first_not_responding_utc_ns": None,
-                                         "last_responding_mono_ns": None, "last_responding_utc_ns": None,
-                                         "still_down": False})
-        s[r["kind"]] += 1
-        down = r["kind"] != "responding"
-        if down and s["not_responding"] + s["timed_out"] == 1:
-            s["first_not_responding_mono_ns"], s["first_not_responding_utc_ns"] = r["ts_mono_ns"], r["ts_utc_ns"]
-        if not down:
-            s["last_responding_mono_ns"], s["last_responding_utc_ns"] = r["ts_mono_ns"], r["ts_utc_ns"]
-        s["still_down"] = down
-    return out

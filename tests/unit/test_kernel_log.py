@@ -7,8 +7,7 @@ import gzip
 import pyarrow as pa
 import pytest
 
-from slotscope.analyzer.kernel_log import (KernelLogError, fingerprints, read_kernel_log,
-                                           servers_not_responding)
+from slotscope.analyzer.kernel_log import KernelLogError, fingerprints, read_kernel_log
 
 pytestmark = pytest.mark.unit
 
@@ -314,26 +313,3 @@ def test_interleaved_hosts_keep_their_own_reports():
     fp = fingerprints(pa.table({"host": [h for h, _ in msgs], "message": [m for _, m in msgs]})).to_pylist()
     assert [(r["host"], r["functions"], r["nfs_related"]) for r in fp] == [
         ("a", ["rpc_wait_bit_killable", "nfs_file_fsync"], True), ("b", ["jbd2_log_wait_commit"], False)]
-
-
-# ---- per-server summary ------------------------------------------------------------------------
-
-def test_servers_not_responding_summary():
-    msgs = [(1, "nfs: server 10.0.0.1 not responding, still trying"),
-            (2, "nfs: server 10.0.0.2 not responding, still trying"),
-            (3, "nfs: server 10.0.0.1 not responding, still trying"),
-            (4, "nfs: server 10.0.0.1 OK"),
-            (5, "nfs: server 10.0.0.2 not responding, timed out"),
-            (6, "nfs: server 10.0.0.1 OK")]
-    fp = fingerprints(pa.table({"ts_mono_ns": pa.array([t * S for t, _ in msgs], pa.int64()),
-                                "message": [m for _, m in msgs]}))
-    out = servers_not_responding(fp)
-    assert out["10.0.0.1"] == {"not_responding": 2, "timed_out": 0, "responding": 2,
-                               "first_not_responding_mono_ns": 1 * S, "first_not_responding_utc_ns": None,
-                               "last_responding_mono_ns": 6 * S, "last_responding_utc_ns": None,
-                               "still_down": False}
-    b = out["10.0.0.2"]
-    assert (b["not_responding"], b["timed_out"], b["responding"]) == (1, 1, 0)
-    assert b["first_not_responding_mono_ns"] == 2 * S and b["last_responding_mono_ns"] is None
-    assert b["still_down"] is True
-    assert servers_not_responding(fingerprints(pa.table({"message": ["hello"]}))) == {}
