@@ -66,10 +66,10 @@ def save_window(ranks: list[dict], rpc: pa.Table | None) -> tuple[int, int] | No
     wrote = [r for r in ranks if r["bytes_written"]] or ranks
     bounds = [(r["save_start_ns"], r["save_end_ns"]) for r in wrote]
     if rpc is not None:
-        io = rpc.select(["procname", "complete", "ts_begin_utc", "ts_end_utc"])
-        io = io.filter(pc.and_(pc.is_in(io["procname"], pa.array(["WRITE", "COMMIT"])), pc.equal(io["complete"], 1)))
-        if io.num_rows:
-            first, last = pc.min(io["ts_begin_utc"]).as_py(), pc.max(io["ts_end_utc"]).as_py()
+        io = pc.and_(pc.is_in(rpc["procname"], pa.array(["WRITE", "COMMIT"])), pc.equal(rpc["complete"], 1))
+        if pc.any(io).as_py():
+            first = pc.min(pc.if_else(io, rpc["ts_begin_utc"], None)).as_py()
+            last = pc.max(pc.if_else(io, rpc["ts_end_utc"], None)).as_py()
             bounds.append((bounds[0][0] if bounds else first, last))
     if not bounds:
         return None

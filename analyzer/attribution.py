@@ -19,6 +19,7 @@ from .job import WRITE_SYSCALLS, Job, with_host
 # Who writes a file: its write calls, and the open that created or truncated it. Taken
 # from when each call began: writeback can start before a large write() returns.
 WRITER_SYSCALLS = WRITE_SYSCALLS + ("openat", "openat2", "creat")
+METHODS = ("direct", "inode", "unknown")
 
 
 def user_dev(kernel_dev: pa.Array) -> pa.Array:
@@ -88,7 +89,12 @@ def _attribute(rpc: pa.Table, calls: pa.Table | None, sc: pa.Table | None) -> pa
                 idx = pc.index_in(rpc["row"], joined["row"])
                 by_inode = pc.take(joined["writer"], idx)
     tgid = pc.if_else(direct, rpc["owner_tgid"], by_inode)
-    method = pc.if_else(direct, "direct", pc.if_else(pc.is_valid(by_inode), "inode", "unknown"))
+    # dictionary-encoded: one byte a row, not a string
+    code = pc.cast(pc.if_else(direct, 0, pc.if_else(pc.is_valid(by_inode), 1, 2)), pa.int8())
+    names = pa.array(METHODS)
+    chunks = code.chunks if isinstance(code, pa.ChunkedArray) else [code]
+    method = pa.chunked_array([pa.DictionaryArray.from_arrays(c, names) for c in chunks],
+                              pa.dictionary(pa.int8(), pa.string()))
     return rpc.append_column("attributed_tgid", tgid).append_column("attribution", method)
 
 
@@ -103,3 +109,15 @@ def attributed_rpcs(job: Job) -> pa.Table | None:
             parts.append(with_host(_attribute(rpc, calls, cap.read("syscall")), host))
         return pa.concat_tables(parts, promote_options="permissive") if parts else None
     return job.memo("attributed_rpcs", compute)
+
+
+def attributed_writes(job: Job) -> pa.Table | None:
+    """The attributed WRITE RPCs (host, attributed_tgid, io_count, io_stable, slot_wait_ns):
+    what is charged to ranks."""
+    def compute():
+        rpcs = attributed_rpcs(job)
+        if rpcs is None:
+            return None
+        w = rpcs.select(["host", "attributed_tgid", "io_count", "io_stable", "slot_wait_ns"])
+        return w.filter(pc.and_(pc.equal(rpcs["procname"], "WRITE"), pc.is_valid(rpcs["attributed_tgid"])))
+    return job.memo("attributed_writes", compute)

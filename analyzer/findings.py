@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .attribution import attributed_writes
+from .calls import file_calls
 from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
 from .ranks import FLUSH_SYSCALLS, RANK_KEYS, blocked_calls, rank_key, with_identity
 from .rpcs import METADATA_PROCS, silences
@@ -70,7 +72,9 @@ class Context:
     def rpcs_to(self, host: str, server: str, proc: str | None = None) -> pa.Table | None:
         if self.rpc is None:
             return None
-        m = pc.and_(pc.equal(self.rpc["host"], host), pc.equal(self.rpc["server"], server))
+        m = pc.equal(self.rpc["server"], server)
+        if len(self.job.captures) > 1:
+            m = pc.and_(m, pc.equal(self.rpc["host"], host))
         if proc:
             m = pc.and_(m, pc.equal(self.rpc["procname"], proc))
         return self.rpc if pc.all(m).as_py() else self.rpc.filter(m)   # filter copies every column
@@ -178,13 +182,11 @@ def _saturation_fix(tr: dict, write_bytes: float, session_bound: bool) -> str:
 
 def server_unresponsive(ctx: Context) -> list[Finding]:
     th, out = ctx.th, []
-    servers = set()
-    if ctx.rpc is not None:
-        servers |= {(k["host"], k["server"]) for k in
-                    ctx.rpc.group_by(["host", "server"]).aggregate([]).to_pylist()}
     log_lines = _log_by_server(ctx.log)
-    for host, server in sorted(servers, key=lambda k: (k[0], k[1] or "")):
+    for host, server in [(tr["host"], tr["server"]) for tr in ctx.transports]:
         rpcs = ctx.rpcs_to(host, server)
+        if rpcs is None or rpcs.num_rows == 0:
+            continue
         stop = _stop_utc(ctx.job, host)
         sent = pc.if_else(pc.greater(rpcs["ts_first_tx"], 0), rpcs["ts_first_tx_utc"], rpcs["ts_begin_utc"])
         complete = pc.equal(rpcs["complete"], 1)
@@ -351,11 +353,8 @@ def _servers(ctx: Context) -> list[str]:
 
 def small_sync_writes(ctx: Context) -> list[Finding]:
     th = ctx.th
-    if ctx.rpc is None:
-        return []
-    writes = ctx.rpc.select(["host", "attributed_tgid", "io_count", "io_stable", "procname"])
-    writes = writes.filter(pc.and_(pc.equal(writes["procname"], "WRITE"), pc.is_valid(writes["attributed_tgid"])))
-    if writes.num_rows == 0:
+    writes = attributed_writes(ctx.job)
+    if writes is None or writes.num_rows == 0:
         return []
     small = pc.and_(pc.less(writes["io_count"], int(th.small_write_bytes)), pc.greater(writes["io_stable"], 0))
     writes = writes.append_column("small_sync", pc.cast(small, pa.int64()))
@@ -565,8 +564,10 @@ def long_blocked(ctx: Context, limit: int) -> list[dict]:
     """Syscalls that took `limit` ns or more: finished ones (syscall rows), and ones still in
     progress in the agent's snapshots of blocked calls (a hung call never finishes)."""
     out, finished = [], set()
+    summary = file_calls(ctx.job)    # its per-file maxima say whether any row is worth looking for
     slow = [with_host(t.filter(pc.greater_equal(t["latency_ns"], limit)), cap.meta.get("host", "?"))
-            for cap, t in ctx.job.per_capture("syscall")]
+            for cap, t in ctx.job.per_capture("syscall")
+            if summary is not None and (pc.max(summary["latency_ns_max"]).as_py() or 0) >= limit]
     sc = pa.concat_tables(slow, promote_options="permissive") if slow else None
     if sc is not None and sc.num_rows:
         sc = sc.set_column(sc.schema.get_field_index("syscall"), "syscall", pc.cast(sc["syscall"], pa.string()))

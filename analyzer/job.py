@@ -94,7 +94,8 @@ class Job:
 
     def to_utc(self, host: pa.Array, mono: pa.Array) -> pa.Array:
         """Monotonic ns of rows from several hosts, as UTC ns (int64)."""
-        offsets = {h: self.utc_offset_ns(h) for h in pc.unique(host).to_pylist()}
+        hosts = {c.meta.get("host", "?") for c in self.captures}
+        offsets = {h: self.utc_offset_ns(h) for h in (hosts if len(hosts) == 1 else pc.unique(host).to_pylist())}
         if len(offsets) == 1:
             return pc.add(pc.cast(mono, pa.int64()), next(iter(offsets.values())))
         off = pc.index_in(host, pa.array(list(offsets)))

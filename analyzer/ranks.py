@@ -4,7 +4,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .attribution import attributed_rpcs
+from .attribution import attributed_writes
 from .calls import file_calls
 from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
 
@@ -126,13 +126,11 @@ def rank_table(job: Job) -> list[dict]:
 def _charge_rpcs(job: Job, ranks: dict[tuple, dict]) -> None:
     """WRITE RPCs, their bytes and slot wait, charged to the rank of the process they worked
     for (directly, or by the file they wrote back: see attribution.py)."""
-    rpcs = attributed_rpcs(job)
-    if rpcs is None:
+    writes = attributed_writes(job)
+    if writes is None:
         return
     for r in ranks.values():
         r["write_rpcs"], r["write_rpc_bytes"], r["slot_wait_ns"] = 0, 0, 0
-    writes = rpcs.select(["host", "attributed_tgid", "io_count", "slot_wait_ns", "procname"])
-    writes = writes.filter(pc.and_(pc.equal(writes["procname"], "WRITE"), pc.is_valid(writes["attributed_tgid"])))
     # per process first (the rows are many), then per rank
     per = writes.group_by(["host", "attributed_tgid"]).aggregate([("io_count", "count"), ("io_count", "sum"),
                                                                   ("slot_wait_ns", "sum")])

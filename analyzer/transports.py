@@ -65,30 +65,29 @@ class Occupancy:
 
 def occupancy(slots: pa.Table, offset_ns: int) -> Occupancy:
     """Sum the per-client step functions of one transport's rows (any order)."""
-    slots = slots.sort_by("ts")
-    client = slots["client_id"].to_numpy()
+    ts = slots["ts"].to_numpy().astype(np.int64)
+    order = np.argsort(ts, kind="stable") if (np.diff(ts) < 0).any() else slice(None)   # agents write in order
+    client = slots["client_id"].to_numpy()[order]
+    # each row's previous row of the same client (-1: its first), so that a row's change to
+    # its own client's value can be summed into the transport's total
+    before = np.full(client.size, -1)
+    for c in np.unique(client):
+        idx = np.flatnonzero(client == c)
+        before[idx[1:]] = idx[:-1]
     cols = {}
     for name in SLOT_COLUMNS:
-        v = slots[name].to_numpy().astype(np.int64)
-        # each row's change to its own client's value, so the running sum is the transport's total
-        prev = np.zeros_like(v)
-        for c in np.unique(client):
-            idx = np.flatnonzero(client == c)
-            prev[idx[1:]] = v[idx[:-1]]
-        cols[name] = np.cumsum(v - prev)
-    return Occupancy(slots["ts"].to_numpy().astype(np.int64) + offset_ns, cols)
+        v = slots[name].to_numpy().astype(np.int64)[order]
+        cols[name] = np.cumsum(v - np.where(before >= 0, v[before], 0))
+    return Occupancy(ts[order] + offset_ns, cols)
 
 
 def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
     """One entry per (host, server) with slot rows or RPCs, as in the JSON contract, plus the
     time series the findings and the report use (keys starting with '_' stay out of JSON)."""
-    slots = job.table("slots")
-    rpc = job.table("rpc")
+    slots = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("slots")}
+    keys = {(cap.meta.get("host", "?"), server) for name in ("rpc", "slots")
+            for cap, t in job.per_capture(name) for server in pc.unique(t["server"]).to_pylist()}
     out = []
-    keys = set()
-    for t in (slots, rpc):
-        if t is not None:
-            keys |= {(k["host"], k["server"]) for k in t.group_by(["host", "server"]).aggregate([]).to_pylist()}
     for host, server in sorted(keys, key=lambda k: (k[0], k[1] or "")):
         cap = next(c for c in job.captures if c.meta.get("host", "?") == host)
         offset = job.utc_offset_ns(host)
@@ -99,9 +98,10 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
                                                                "wsize", "timeo", "retrans", "hard")},
                  "peak_in_use": None, "saturated_fraction": None, "saturated_s": None, "backlog_peak": None,
                  "mean_waiting": None, "link": link_usage(job, host, addr, window)}
-        mine = None
-        if slots is not None:
-            mine = slots.filter(pc.and_(pc.equal(slots["host"], host), pc.equal(slots["server"], server)))
+        mine = slots.get(host)
+        if mine is not None:
+            same = pc.equal(mine["server"], server)
+            mine = mine if pc.all(same).as_py() else mine.filter(same)
         if mine is not None and mine.num_rows:
             occ = occupancy(mine, offset)
             entry["_occupancy"] = occ
