@@ -58,12 +58,8 @@ class Job:
 
     def per_capture(self, name: str) -> list[tuple[Capture, pa.Table]]:
         """(capture, its rows of the table) for the captures that have some."""
-        out = []
-        for cap in self.captures:
-            t = cap.read(name)
-            if t is not None:
-                out.append((cap, t))
-        return out
+        return self.memo(("per_capture", name), lambda: [(cap, t) for cap in self.captures
+                                                          if (t := cap.read(name)) is not None])
 
     def identities(self) -> pa.Table | None:
         """The best identity of each (host, tgid): complete before incomplete, then the last

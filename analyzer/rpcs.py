@@ -21,21 +21,21 @@ def by_proc(rpc: pa.Table | None) -> dict[str, dict]:
     if rpc is None:
         return {}
     sums = ("io_count",) + SPANS + ("session_sleep_ns", "retransmits", "timeouts")
-    g = rpc.select(("procname", "complete") + sums).group_by(["procname", "complete"]).aggregate(
-        [(c, "sum") for c in sums] + [("complete", "count")])
+    names = pc.dictionary_encode(rpc["procname"]).combine_chunks()     # hashed once, grouped on codes
+    t = rpc.select(("complete",) + sums).append_column("code", names.indices)
+    g = t.group_by(["code", "complete"]).aggregate([(c, "sum") for c in sums] + [("complete", "count")])
     # exact percentiles of execute per procedure: a sort of each procedure's times (few procedures)
-    names = pc.dictionary_encode(rpc["procname"]).combine_chunks()
     codes = names.indices.to_numpy(zero_copy_only=False)
     done = rpc["complete"].to_numpy() == 1
     ex = rpc["execute_ns"].to_numpy()
-    code_of = {name: i for i, name in enumerate(names.dictionary.to_pylist())}
+    procs = names.dictionary.to_pylist()
     out = {}
-    for row in sorted(g.to_pylist(), key=lambda r: (r["procname"], -r["complete"])):
-        name = row["procname"]
+    for row in sorted(g.to_pylist(), key=lambda r: (procs[r["code"]], -r["complete"])):
+        name = procs[row["code"]]
         if row["complete"] != 1:
             out.setdefault(name, {"count": 0})["outstanding"] = row["complete_count"]
             continue
-        times = np.sort(ex[done & (codes == code_of[name])])
+        times = np.sort(ex[done & (codes == row["code"])])
         n = times.size
         out[name] = {
             "count": n, "bytes": row["io_count_sum"] or 0,

@@ -9,7 +9,7 @@ from unit_helpers import meta, proc, procs_table, sc, syscall_table
 from slotscope.agent.capture_writer import CaptureWriter
 from slotscope.agent.tables import RPC, SCHEMAS
 from slotscope.analyzer.analysis import analyze
-from slotscope.analyzer.attribution import attributed_rpcs, user_dev
+from slotscope.analyzer.attribution import attributed_rpcs, kernel_dev
 from slotscope.analyzer.job import Job
 
 pytestmark = pytest.mark.unit
@@ -19,8 +19,8 @@ DEV_NFS = os.makedev(0, 30)
 
 
 @pytest.mark.parametrize("major,minor", [(0, 30), (8, 1), (259, 3), (0, 300), (4095, 1 << 19)])
-def test_user_dev_matches_makedev(major, minor):
-    assert user_dev(pa.array([(major << 20) | minor], pa.uint64()))[0].as_py() == os.makedev(major, minor)
+def test_kernel_dev_undoes_makedev(major, minor):
+    assert kernel_dev(pa.array([os.makedev(major, minor)], pa.uint64()))[0].as_py() == (major << 20) | minor
 
 
 def rpc(owner, fileid, t, count=4096, slot_wait=1000, procname="WRITE"):
@@ -65,3 +65,20 @@ def test_ranks_are_charged_their_write_rpcs_and_slot_wait(job):
     ranks = {r["rank"]: r for r in analyze(job, "0")["ranks"]}
     assert (ranks[0]["write_rpcs"], ranks[0]["slot_wait_ns"]) == (2, 1000)
     assert (ranks[1]["write_rpcs"], ranks[1]["slot_wait_ns"]) == (1, 500)
+
+
+def test_a_file_written_by_two_ranks_is_charged_to_the_last_writer_before_each_rpc(tmp_path):
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta("node-a"))
+    # ranks 0 and 1 take turns writing the shared file 10; rank 1 alone writes file 11
+    w.append("syscall", syscall_table([write(100, 10, 1_000), write(200, 10, 3_000), write(100, 10, 5_000),
+                                       write(200, 11, 500)]))
+    w.append("procs", procs_table([proc(100, rank=0), proc(200, rank=1), proc(55, comm="kworker/u4:1")]))
+    w.append("rpc", pa.Table.from_pylist([rpc(55, 10, t) for t in (2_000, 4_000, 6_000, 900)] + [rpc(55, 11, 600)],
+                                         schema=RPC))
+    w.close()
+    t = attributed_rpcs(Job.open([path])).to_pylist()
+    assert [(r["attributed_tgid"], r["attribution"]) for r in t] == [
+        (100, "inode"), (200, "inode"), (100, "inode"), (None, "unknown"), (200, "inode")]
+
