@@ -5,7 +5,7 @@ import os
 import sys
 
 from . import kernel
-from .probes import NfsProbes, SunrpcProbes, SyscallProbes
+from .probes import NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes
 
 
 def checks() -> list[tuple[str, str | None, str]]:
@@ -26,11 +26,8 @@ def checks() -> list[tuple[str, str | None, str]]:
                 f"kernel headers: {os.path.realpath(headers)} is not this kernel's own tree (a fallback): "
                 f"fine for tracepoint programs, kprobes walking structs would read garbage")
     out.append(("headers", hdr_reason, hdr_what))
-    for group in (SyscallProbes(), SunrpcProbes(), NfsProbes()):
+    for group in (SyscallProbes(), SunrpcProbes(), NfsProbes(), OwnerProbes()):
         out.append((f"probe group {group.name}", group.can_run(), group.description))
-    out.append(("kprobes", None if kernel.kprobes_available() else
-                "this kernel has no kprobes (no kprobe_events in tracefs: CONFIG_KPROBES off)",
-                "slot-table occupancy from struct rpc_xprt (kprobe on xprt_alloc_slot)"))
     return out
 
 

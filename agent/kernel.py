@@ -47,6 +47,18 @@ def kprobes_available() -> bool:
     return bool(base) and os.path.exists(os.path.join(base, "kprobe_events"))
 
 
+def missing_kprobe_functions(names: tuple[str, ...]) -> list[str]:
+    """Which of these kernel functions cannot take a kprobe (not in available_filter_functions:
+    inlined, renamed, or in a module that is not loaded)."""
+    base = tracefs()
+    try:
+        with open(os.path.join(base or "", "available_filter_functions")) as f:
+            found = {line.split()[0] for line in f if line.strip()}
+    except OSError:
+        return list(names)
+    return [n for n in names if n not in found]
+
+
 def kernel_module_loaded(name: str) -> bool:
     return os.path.isdir(f"/sys/module/{name}")
 

@@ -156,6 +156,8 @@ RPC_EVENT = Layout("rpc_event", (
     ("pending_sleep_ns", "u64"),   # asleep on xprt_pending (waiting for the reply)
     ("delay_sleep_ns", "u64"),     # rpc_delay (e.g. after NFS4ERR_DELAY, EJUKEBOX)
     ("fileid", "u64"),             # WRITE/COMMIT/READ: the file (nfs_initiate_* just before the task)
+    ("lock_owner", "u64"),         # WRITE: its pages' lock owner, the writer's files_struct (nfs_owner group)
+    ("open_file", "u64"),          # WRITE: its pages' open file, a struct file (nfs_owner group)
     ("io_offset", "s64"),
     ("io_count", "u32"),
     ("io_stable", "u32"),
@@ -190,6 +192,16 @@ SLOT_EVENT = Layout("slot_event", (
     ("client_id", "u32"),
 ))
 
+# Who writes through which open file with which files_struct (nfs_file_write kprobe),
+# once per change: joins a WRITE's lock owner and open file back to a process.
+OWNER_EVENT = Layout("owner_event", (
+    ("ts", "s64"),
+    ("files", "u64"),              # current->files: what the writer's lock contexts name
+    ("file", "u64"),               # the struct file written through: its open context's flock_owner
+    ("tid", "u32"),
+    ("tgid", "u32"),
+))
+
 # WRITE / COMMIT / READ as the NFS client issues and completes them (nfs tracepoints).
 NFS_EVENT = Layout("nfs_event", (
     ("ts", "s64"),
@@ -219,7 +231,7 @@ PROC_NEWTASK, PROC_EXEC, PROC_EXIT = 1, 2, 3
 CLONE_THREAD = 0x00010000
 
 # Syscalls by operation number. The order is the op number; the C program uses
-# the OP_<NAME> constants generated from this list.
+# the SYSOP_<NAME> constants generated from this list.
 OPS = (
     "write", "pwrite64", "writev", "pwritev", "pwritev2",
     "fsync", "fdatasync", "sync_file_range", "close",
@@ -240,16 +252,17 @@ BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir", "close_range"}
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.
 LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed",
-                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full")
+                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full", "owner_ring_full")
 
 
-LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT)
+LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT)
 
 
 def c_header() -> str:
     """Everything the C side needs from this module, as C text."""
     parts = ["/* generated from slotscope/agent/layouts.py: do not edit */"]
-    parts += [f"#define OP_{name.upper()} {num}" for name, num in OP_NUMBER.items()]
+    # SYSOP_, not OP_: the kernel's nfs4.h has an OP_WRITE of its own (bpf/owners.c includes it)
+    parts += [f"#define SYSOP_{name.upper()} {num}" for name, num in OP_NUMBER.items()]
     parts += [f"#define PROC_NEWTASK {PROC_NEWTASK}", f"#define PROC_EXEC {PROC_EXEC}",
               f"#define PROC_EXIT {PROC_EXIT}", f"#define CLONE_THREAD_FLAG {CLONE_THREAD}",
               f"#define PATH_MAX_CAPTURED {PATH_MAX_CAPTURED}"]

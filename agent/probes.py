@@ -17,7 +17,8 @@ from importlib import resources
 import numpy as np
 
 from . import kernel
-from .layouts import INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OPS, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT, Layout, c_header
+from .layouts import (INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OPS, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT,
+                      SYS_EVENT, Layout, c_header)
 from .ringbuf import RingReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -183,6 +184,29 @@ class NfsProbes(ProbeGroup):
 
     def can_run(self) -> str | None:
         return common_reason() or module_reason("nfs", "nfs") or _missing_tracepoints(self.required)
+
+
+class OwnerProbes(ProbeGroup):
+    name = "nfs_owner"
+    description = ("whose pages background writeback sends: each WRITE's lock owner and open file "
+                   "(kprobes on nfs_file_write, nfs_initiate_write)")
+    source = "owners.c"
+    rings = {"owner_ring": (OWNER_EVENT, 64)}
+    functions = ("nfs_file_write", "nfs_initiate_write")
+
+    def can_run(self) -> str | None:
+        reason = common_reason() or module_reason("nfs", "nfs")
+        if reason:
+            return reason
+        if not kernel.kprobes_available():
+            return "this kernel has no kprobes (no kprobe_events in tracefs: CONFIG_KPROBES off)"
+        missing = kernel.missing_kprobe_functions(self.functions)
+        if missing:
+            return f"cannot kprobe {', '.join(missing)} (not in available_filter_functions)"
+        if not kernel.headers_match_kernel():
+            return (f"the kernel headers ({os.path.realpath(kernel.headers_dir() or '')}) are not this kernel's "
+                    f"own: struct fields would be read at wrong offsets")
+        return None
 
 
 def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":

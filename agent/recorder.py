@@ -21,8 +21,8 @@ from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import Filters, NfsProbes, SunrpcProbes, SyscallProbes, load
-from .rpc_rows import ClientNames, nfs_table, rpc_table, slots_table
+from .probes import Filters, NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, load
+from .rpc_rows import ClientNames, nfs_table, owners_table, rpc_table, slots_table
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
 from .tables import AGENT, LOSS, PROCS, SCHEMAS
 
@@ -143,9 +143,9 @@ class Recorder:
         reason = syscalls.can_run()
         if reason:
             raise RecordError(f"cannot trace syscalls: {reason}")
-        # sunrpc and nfs are optional: a machine without NFS still records syscalls.
+        # sunrpc, nfs and nfs_owner are optional: a machine without NFS still records syscalls.
         groups, skipped = [syscalls], {}
-        for group in (SunrpcProbes(), NfsProbes()):
+        for group in (SunrpcProbes(), NfsProbes(), OwnerProbes()):
             why = group.can_run()
             if why:
                 skipped[group.name] = why
@@ -175,18 +175,7 @@ class Recorder:
         }, {"attached": {}, "skipped": skipped})
         filters = Filters(tgids=tgids, cgroup=opts.cgroup)
         try:
-            try:
-                loaded = load(groups, filters)
-            except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
-                if len(groups) == 1:
-                    raise
-                # The optional groups must not cost the syscall view: retry without them.
-                for g in groups[1:]:
-                    skipped[g.name] = f"failed to load: {exc}"
-                self._say(f"the {', '.join(g.name for g in groups[1:])} probes failed to load ({exc}); "
-                          f"recording syscalls only")
-                groups = groups[:1]
-                loaded = load(groups, filters)
+            loaded, groups = self._load(groups, filters, skipped)
         except Exception as exc:
             if proc:
                 proc.kill()
@@ -275,6 +264,25 @@ class Recorder:
                 probes["skipped"][name] = f"{type(exc).__name__}: {exc}"
         return samplers
 
+    def _load(self, groups: list, filters: Filters, skipped: dict) -> tuple:
+        """Load the groups; when that fails, retry without the kprobe group (it reads struct
+        fields, the likeliest to break on an unusual kernel), then with syscalls alone: the
+        optional groups must not cost the syscall view."""
+        attempts = [groups, [g for g in groups if not isinstance(g, OwnerProbes)], groups[:1]]
+        for i, attempt in enumerate(attempts):
+            if i and attempt == attempts[i - 1]:
+                continue
+            try:
+                return load(attempt, filters), attempt
+            except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
+                if attempt is attempts[-1]:
+                    raise
+                dropped = [g for g in groups if g not in attempts[i + 1]]
+                for g in dropped:
+                    skipped[g.name] = f"failed to load: {exc}"
+                self._say(f"the probes failed to load ({exc}); retrying without {', '.join(g.name for g in dropped)}")
+        raise AssertionError("unreachable")
+
     # ---- the drain ----
     def _drain(self, loaded, writer: CaptureWriter) -> None:
         batch = loaded.read_batch()
@@ -285,6 +293,8 @@ class Recorder:
             writer.append("slots", slots_table(batch["slot_ring"], self.clients))
         if batch.get("nfs_ring") is not None and batch["nfs_ring"].size:
             writer.append("nfs_io", nfs_table(batch["nfs_ring"]))
+        if batch.get("owner_ring") is not None and batch["owner_ring"].size:
+            writer.append("owners", owners_table(batch["owner_ring"]))
         table = self.decoder.feed(batch["sys_ring"], batch["path_ring"], batch["proc_ring"])
         if table is not None:
             writer.append("syscall", table)

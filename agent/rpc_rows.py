@@ -1,4 +1,4 @@
-"""`rpc` and `nfs_io` rows from the sunrpc and nfs probe groups' events."""
+"""`rpc`, `slots`, `nfs_io` and `owners` rows from the sunrpc, nfs and nfs_owner probe groups' events."""
 from __future__ import annotations
 
 import glob
@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, NFS_KINDS, RPC_EVENT, SLOT_EVENT
-from .tables import NFS_IO, RPC, SLOTS
+from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT
+from .tables import NFS_IO, OWNERS, RPC, SLOTS
 
 DEBUGFS_CLIENTS = "/sys/kernel/debug/sunrpc/rpc_clnt"
 
@@ -72,3 +72,8 @@ def nfs_table(ev: np.ndarray) -> pa.Table:
     cols = NFS_EVENT.to_arrow(ev)
     cols["kind"] = pa.array([NFS_KINDS.get(k, "?") for k in ev["kind"].tolist()], pa.string())
     return pa.Table.from_arrays([cols[f.name] for f in NFS_IO], schema=NFS_IO)
+
+
+def owners_table(ev: np.ndarray) -> pa.Table:
+    cols = OWNER_EVENT.to_arrow(ev)
+    return pa.Table.from_arrays([cols[f.name] for f in OWNERS], schema=OWNERS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT
+from .layouts import NFS_EVENT, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT
 
 _sys = SYS_EVENT.arrow_type
 
@@ -64,6 +64,8 @@ RPC = pa.schema([(name, RPC_EVENT.arrow_type(name)) for name, _ in RPC_EVENT.fie
 NFS_IO = pa.schema([(name, NFS_EVENT.arrow_type(name)) for name, _ in NFS_EVENT.fields
                     if name not in ("_pad", "kind")] + [("kind", pa.string())])
 
+OWNERS = pa.schema([(name, OWNER_EVENT.arrow_type(name)) for name, _ in OWNER_EVENT.fields])
+
 SLOTS = pa.schema([(name, SLOT_EVENT.arrow_type(name)) for name, _ in SLOT_EVENT.fields] +
                   [("server", pa.string())])
 
@@ -80,6 +82,7 @@ SCHEMAS: dict[str, tuple[pa.Schema, int]] = {
     "kmsg": (KMSG, 1),
     "rpc": (RPC, 1),
     "nfs_io": (NFS_IO, 1),
+    "owners": (OWNERS, 1),
     "syscall": (SYSCALL, 1),
     "blocked": (BLOCKED, 1),
     "procs": (PROCS, 1),

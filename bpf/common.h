@@ -21,3 +21,11 @@ struct pending_io {
     u32 dev;
 };
 BPF_HASH(pending_io, u32, struct pending_io, 4096);
+
+/* The nfs_owner group's kprobe on nfs_initiate_write leaves the WRITE's lock owner and
+ * open file here, by thread, for the same rpc_task_begin (bpf/owners.c). */
+struct pending_owner {
+    u64 lock_owner;
+    u64 open_file;
+};
+BPF_HASH(pending_owner, u32, struct pending_owner, 4096);

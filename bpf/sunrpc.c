@@ -109,6 +109,12 @@ static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_
         st.ev.io_dev = io->dev;
         pending_io.delete(&tid);
     }
+    struct pending_owner *o = pending_owner.lookup(&tid);
+    if (o) {  /* whose pages this WRITE sends */
+        st.ev.lock_owner = o->lock_owner;
+        st.ev.open_file = o->open_file;
+        pending_owner.delete(&tid);
+    }
     if (rpc_tasks.update(&key, &st)) {
         count_loss(LOSS_RPC_TASKS_FULL);
         return 0;

@@ -6,7 +6,7 @@
  * (struct iovec, struct open_how). It never walks kernel structs, so it is
  * correct even when the kernel headers do not match the running kernel.
  *
- * The agent prepends: the generated header (structs, OP_* numbers, counters),
+ * The agent prepends: the generated header (structs, SYSOP_* numbers, counters),
  * common.h, and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, HAVE_<syscall>,
  * *_RING_PAGES.
  *
@@ -74,7 +74,7 @@ static __always_inline int enter(u16 op, s32 fd, s32 fd2, u64 count, s64 offset,
         return 0;
     struct inflight in = {};
     if (fd_based && ignored(id >> 32, fd)) {
-        if (op != OP_CLOSE)
+        if (op != SYSOP_CLOSE)
             return 0;
         in.skip = 1;
     }
@@ -138,8 +138,8 @@ static __always_inline int emit_path(s64 ts_enter, u32 tid, u8 slot, u64 uptr)
 
 static __always_inline int creates_fd(u16 op)
 {
-    return op == OP_OPENAT || op == OP_OPENAT2 || op == OP_CREAT || op == OP_DUP ||
-           op == OP_DUP2 || op == OP_DUP3 || op == OP_FCNTL;
+    return op == SYSOP_OPENAT || op == SYSOP_OPENAT2 || op == SYSOP_CREAT || op == SYSOP_DUP ||
+           op == SYSOP_DUP2 || op == SYSOP_DUP3 || op == SYSOP_FCNTL;
 }
 
 static __always_inline int leave(long ret)
@@ -155,7 +155,7 @@ static __always_inline int leave(long ret)
     s32 changed = -1;
     if (ret >= 0 && creates_fd(in->op))
         changed = ret;
-    else if (ret == 0 && in->op == OP_CLOSE)
+    else if (ret == 0 && in->op == SYSOP_CLOSE)
         changed = in->fd;
     if (changed >= 0) {
         u64 key = fd_key(id >> 32, changed);
@@ -205,57 +205,57 @@ out:
 
 #ifdef HAVE_write
 TRACEPOINT_PROBE(syscalls, sys_enter_write)
-{ return enter(OP_WRITE, args->fd, -1, args->count, -1, 0, 0, 0, 1); }
+{ return enter(SYSOP_WRITE, args->fd, -1, args->count, -1, 0, 0, 0, 1); }
 EXIT(write)
 #endif
 #ifdef HAVE_pwrite64
 TRACEPOINT_PROBE(syscalls, sys_enter_pwrite64)
-{ return enter(OP_PWRITE64, args->fd, -1, args->count, args->pos, 0, 0, 0, 1); }
+{ return enter(SYSOP_PWRITE64, args->fd, -1, args->count, args->pos, 0, 0, 0, 1); }
 EXIT(pwrite64)
 #endif
 #ifdef HAVE_writev
 TRACEPOINT_PROBE(syscalls, sys_enter_writev)
-{ return enter_vec(OP_WRITEV, args->fd, args->vec, args->vlen, -1); }
+{ return enter_vec(SYSOP_WRITEV, args->fd, args->vec, args->vlen, -1); }
 EXIT(writev)
 #endif
 #ifdef HAVE_pwritev
 TRACEPOINT_PROBE(syscalls, sys_enter_pwritev)
-{ return enter_vec(OP_PWRITEV, args->fd, args->vec, args->vlen, args->pos_l); }
+{ return enter_vec(SYSOP_PWRITEV, args->fd, args->vec, args->vlen, args->pos_l); }
 EXIT(pwritev)
 #endif
 #ifdef HAVE_pwritev2
 TRACEPOINT_PROBE(syscalls, sys_enter_pwritev2)
-{ return enter_vec(OP_PWRITEV2, args->fd, args->vec, args->vlen, args->pos_l); }
+{ return enter_vec(SYSOP_PWRITEV2, args->fd, args->vec, args->vlen, args->pos_l); }
 EXIT(pwritev2)
 #endif
 #ifdef HAVE_fsync
 TRACEPOINT_PROBE(syscalls, sys_enter_fsync)
-{ return enter(OP_FSYNC, args->fd, -1, 0, -1, 0, 0, 0, 1); }
+{ return enter(SYSOP_FSYNC, args->fd, -1, 0, -1, 0, 0, 0, 1); }
 EXIT(fsync)
 #endif
 #ifdef HAVE_fdatasync
 TRACEPOINT_PROBE(syscalls, sys_enter_fdatasync)
-{ return enter(OP_FDATASYNC, args->fd, -1, 0, -1, 0, 0, 0, 1); }
+{ return enter(SYSOP_FDATASYNC, args->fd, -1, 0, -1, 0, 0, 0, 1); }
 EXIT(fdatasync)
 #endif
 #ifdef HAVE_sync_file_range
 TRACEPOINT_PROBE(syscalls, sys_enter_sync_file_range)
-{ return enter(OP_SYNC_FILE_RANGE, args->fd, -1, args->nbytes, args->offset, args->flags, 0, 0, 1); }
+{ return enter(SYSOP_SYNC_FILE_RANGE, args->fd, -1, args->nbytes, args->offset, args->flags, 0, 0, 1); }
 EXIT(sync_file_range)
 #endif
 #ifdef HAVE_close
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
-{ return enter(OP_CLOSE, args->fd, -1, 0, -1, 0, 0, 0, 1); }
+{ return enter(SYSOP_CLOSE, args->fd, -1, 0, -1, 0, 0, 0, 1); }
 EXIT(close)
 #endif
 #ifdef HAVE_ftruncate
 TRACEPOINT_PROBE(syscalls, sys_enter_ftruncate)
-{ return enter(OP_FTRUNCATE, args->fd, -1, args->length, -1, 0, 0, 0, 1); }
+{ return enter(SYSOP_FTRUNCATE, args->fd, -1, args->length, -1, 0, 0, 0, 1); }
 EXIT(ftruncate)
 #endif
 #ifdef HAVE_openat
 TRACEPOINT_PROBE(syscalls, sys_enter_openat)
-{ return enter(OP_OPENAT, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
+{ return enter(SYSOP_OPENAT, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
 EXIT(openat)
 #endif
 #ifdef HAVE_openat2
@@ -263,85 +263,85 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
 {
     u64 flags = 0;  /* struct open_how starts with the u64 flags (uapi, stable) */
     bpf_probe_read_user(&flags, sizeof(flags), args->how);
-    return enter(OP_OPENAT2, args->dfd, -1, 0, -1, flags, args->filename, 0, 0);
+    return enter(SYSOP_OPENAT2, args->dfd, -1, 0, -1, flags, args->filename, 0, 0);
 }
 EXIT(openat2)
 #endif
 #ifdef HAVE_creat
 TRACEPOINT_PROBE(syscalls, sys_enter_creat)
-{ return enter(OP_CREAT, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
+{ return enter(SYSOP_CREAT, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
 EXIT(creat)
 #endif
 #ifdef HAVE_rename
 TRACEPOINT_PROBE(syscalls, sys_enter_rename)
-{ return enter(OP_RENAME, AT_FDCWD_VAL, AT_FDCWD_VAL, 0, -1, 0, args->oldname, args->newname, 0); }
+{ return enter(SYSOP_RENAME, AT_FDCWD_VAL, AT_FDCWD_VAL, 0, -1, 0, args->oldname, args->newname, 0); }
 EXIT(rename)
 #endif
 #ifdef HAVE_renameat
 TRACEPOINT_PROBE(syscalls, sys_enter_renameat)
-{ return enter(OP_RENAMEAT, args->olddfd, args->newdfd, 0, -1, 0, args->oldname, args->newname, 0); }
+{ return enter(SYSOP_RENAMEAT, args->olddfd, args->newdfd, 0, -1, 0, args->oldname, args->newname, 0); }
 EXIT(renameat)
 #endif
 #ifdef HAVE_renameat2
 TRACEPOINT_PROBE(syscalls, sys_enter_renameat2)
-{ return enter(OP_RENAMEAT2, args->olddfd, args->newdfd, 0, -1, args->flags, args->oldname, args->newname, 0); }
+{ return enter(SYSOP_RENAMEAT2, args->olddfd, args->newdfd, 0, -1, args->flags, args->oldname, args->newname, 0); }
 EXIT(renameat2)
 #endif
 #ifdef HAVE_unlink
 TRACEPOINT_PROBE(syscalls, sys_enter_unlink)
-{ return enter(OP_UNLINK, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
+{ return enter(SYSOP_UNLINK, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
 EXIT(unlink)
 #endif
 #ifdef HAVE_unlinkat
 TRACEPOINT_PROBE(syscalls, sys_enter_unlinkat)
-{ return enter(OP_UNLINKAT, args->dfd, -1, 0, -1, args->flag, args->pathname, 0, 0); }
+{ return enter(SYSOP_UNLINKAT, args->dfd, -1, 0, -1, args->flag, args->pathname, 0, 0); }
 EXIT(unlinkat)
 #endif
 #ifdef HAVE_mkdir
 TRACEPOINT_PROBE(syscalls, sys_enter_mkdir)
-{ return enter(OP_MKDIR, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
+{ return enter(SYSOP_MKDIR, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
 EXIT(mkdir)
 #endif
 #ifdef HAVE_mkdirat
 TRACEPOINT_PROBE(syscalls, sys_enter_mkdirat)
-{ return enter(OP_MKDIRAT, args->dfd, -1, 0, -1, 0, args->pathname, 0, 0); }
+{ return enter(SYSOP_MKDIRAT, args->dfd, -1, 0, -1, 0, args->pathname, 0, 0); }
 EXIT(mkdirat)
 #endif
 #ifdef HAVE_newfstatat
 TRACEPOINT_PROBE(syscalls, sys_enter_newfstatat)
-{ return enter(OP_NEWFSTATAT, args->dfd, -1, 0, -1, args->flag, args->filename, 0, 0); }
+{ return enter(SYSOP_NEWFSTATAT, args->dfd, -1, 0, -1, args->flag, args->filename, 0, 0); }
 EXIT(newfstatat)
 #endif
 #ifdef HAVE_statx
 TRACEPOINT_PROBE(syscalls, sys_enter_statx)
-{ return enter(OP_STATX, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
+{ return enter(SYSOP_STATX, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
 EXIT(statx)
 #endif
 #ifdef HAVE_chdir
 TRACEPOINT_PROBE(syscalls, sys_enter_chdir)
-{ return enter(OP_CHDIR, AT_FDCWD_VAL, -1, 0, -1, 0, args->filename, 0, 0); }
+{ return enter(SYSOP_CHDIR, AT_FDCWD_VAL, -1, 0, -1, 0, args->filename, 0, 0); }
 EXIT(chdir)
 #endif
 #ifdef HAVE_fchdir
 TRACEPOINT_PROBE(syscalls, sys_enter_fchdir)
-{ return enter(OP_FCHDIR, args->fd, -1, 0, -1, 0, 0, 0, 0); }
+{ return enter(SYSOP_FCHDIR, args->fd, -1, 0, -1, 0, 0, 0, 0); }
 EXIT(fchdir)
 #endif
 /* dup*: not rows, but they create fds the fd table must know. fd_based is 0:
  * a dup of an ignored fd still has to reach user space. */
 #ifdef HAVE_dup
 TRACEPOINT_PROBE(syscalls, sys_enter_dup)
-{ return enter(OP_DUP, args->fildes, -1, 0, -1, 0, 0, 0, 0); }
+{ return enter(SYSOP_DUP, args->fildes, -1, 0, -1, 0, 0, 0, 0); }
 EXIT(dup)
 #endif
 #ifdef HAVE_dup2
 TRACEPOINT_PROBE(syscalls, sys_enter_dup2)
-{ return enter(OP_DUP2, args->oldfd, args->newfd, 0, -1, 0, 0, 0, 0); }
+{ return enter(SYSOP_DUP2, args->oldfd, args->newfd, 0, -1, 0, 0, 0, 0); }
 EXIT(dup2)
 #endif
 #ifdef HAVE_dup3
 TRACEPOINT_PROBE(syscalls, sys_enter_dup3)
-{ return enter(OP_DUP3, args->oldfd, args->newfd, 0, -1, args->flags, 0, 0, 0); }
+{ return enter(SYSOP_DUP3, args->oldfd, args->newfd, 0, -1, args->flags, 0, 0, 0); }
 EXIT(dup3)
 #endif
 #ifdef HAVE_fcntl
@@ -349,14 +349,14 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
 {
     if (args->cmd != F_DUPFD_VAL && args->cmd != F_DUPFD_CLOEXEC_VAL)
         return 0;
-    return enter(OP_FCNTL, args->fd, -1, 0, -1, args->cmd, 0, 0, 0);
+    return enter(SYSOP_FCNTL, args->fd, -1, 0, -1, args->cmd, 0, 0, 0);
 }
 EXIT(fcntl)
 #endif
 
 #ifdef HAVE_close_range
 TRACEPOINT_PROBE(syscalls, sys_enter_close_range)
-{ return enter(OP_CLOSE_RANGE, args->fd, args->max_fd, 0, -1, args->flags, 0, 0, 0); }
+{ return enter(SYSOP_CLOSE_RANGE, args->fd, args->max_fd, 0, -1, args->flags, 0, 0, 0); }
 EXIT(close_range)
 #endif
 

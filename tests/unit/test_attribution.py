@@ -7,7 +7,7 @@ import pytest
 from unit_helpers import meta, proc, procs_table, sc, syscall_table
 
 from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import RPC, SCHEMAS
+from slotscope.agent.tables import OWNERS, RPC, SCHEMAS
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.attribution import attributed_rpcs, kernel_dev
 from slotscope.analyzer.job import Job
@@ -82,3 +82,34 @@ def test_a_file_written_by_two_ranks_is_charged_to_the_last_writer_before_each_r
     assert [(r["attributed_tgid"], r["attribution"]) for r in t] == [
         (100, "inode"), (200, "inode"), (100, "inode"), (None, "unknown"), (200, "inode")]
 
+
+FILES_A, FILES_B, FILE_A, FILE_B = 0xFFFF_0000_0000_1000, 0xFFFF_0000_0000_2000, 0xFFFF_0000_0001_0000, 0xFFFF_0000_0002_0000
+
+
+def owner(tgid, files, file, t):
+    return {"ts": t, "tid": tgid, "tgid": tgid, "files": files, "file": file}
+
+
+def test_lock_context_then_open_file_win_over_the_inode(tmp_path):
+    """Ranks 0 and 1 write the same file; the kworker's WRITEs carry the lock owner or the
+    open file of the pages they send. Those name the writer even where the inode's last
+    writer is the other rank; a WRITE with neither falls back to the inode."""
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path, SCHEMAS)
+    w.write_meta(meta("node-a"))
+    w.append("syscall", syscall_table([write(100, 10, 1_000), write(200, 10, 3_000)]))
+    w.append("procs", procs_table([proc(100, rank=0), proc(200, rank=1)]))
+    # what nfs_file_write saw: rank 0 writes with files_struct A through file A, rank 1 with B, B;
+    # later rank 1's files_struct address is reused by a new process (pid 300)
+    w.append("owners", pa.Table.from_pylist([owner(100, FILES_A, FILE_A, 900), owner(200, FILES_B, FILE_B, 2_900),
+                                             owner(300, FILES_B, 0xFFFF_0000_0003_0000, 9_000)], schema=OWNERS))
+    rows = [rpc(55, 10, 4_000), rpc(55, 10, 4_100), rpc(55, 10, 4_200), rpc(55, 10, 9_500)]
+    rows[0].update(lock_owner=FILES_A, open_file=FILE_A)     # rank 0's pages, after rank 1 wrote last
+    rows[1].update(open_file=FILE_A)                          # no lock context: the open file
+    rows[2].update(lock_owner=0xDEAD, open_file=0xBEEF)      # pointers never seen: the inode
+    rows[3].update(lock_owner=FILES_B)                        # the reused address: its new owner
+    w.append("rpc", pa.Table.from_pylist(rows, schema=RPC))
+    w.close()
+    t = attributed_rpcs(Job.open([path])).to_pylist()
+    assert [(r["attributed_tgid"], r["attribution"]) for r in t] == [
+        (100, "lock_context"), (100, "open_file"), (200, "inode"), (300, "lock_context")]

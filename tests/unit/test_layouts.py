@@ -145,7 +145,7 @@ def test_c_struct_text_declares_every_field_in_order():
 @needs_gcc
 def test_whole_c_header_compiles(tmp_path):
     source = TYPEDEFS + c_header() + (
-        "int main(void) { printf(\"%d %d %zu\\n\", OP_WRITE, LOSS_NCOUNTERS, sizeof(struct sys_event)); return 0; }\n")
+        "int main(void) { printf(\"%d %d %zu\\n\", SYSOP_WRITE, LOSS_NCOUNTERS, sizeof(struct sys_event)); return 0; }\n")
     out = _compile_and_run(tmp_path, source).decode().split()
     from slotscope.agent.layouts import LOSS_COUNTERS, OP_NUMBER
     assert out == [str(OP_NUMBER["write"]), str(len(LOSS_COUNTERS)), str(SYS_EVENT.dtype.itemsize)]

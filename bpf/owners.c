@@ -1,0 +1,74 @@
+/*
+ * slotscope: who dirtied the pages that background writeback sends (kprobes).
+ *
+ * A WRITE run by a flusher kworker names the kworker as its owner. Its pages
+ * remember their writer: each page request holds the lock context and open
+ * context it was dirtied under, and the RPC's header carries its first
+ * request's (hdr->args.lock_context, hdr->args.context). A lock context's
+ * lockowner is the writer's current->files; an open context's flock_owner is
+ * the struct file of the open.
+ *
+ * nfs_file_write: which process writes through which struct file with which
+ * files_struct, one owner_event per change (the user-space side joins the
+ * pointers back to processes by time: pointers are reused after an exit).
+ * nfs_initiate_write: the WRITE's lock owner and open file, left by thread for
+ * rpc_task_begin (bpf/sunrpc.c), which follows in the same thread.
+ *
+ * These read struct fields: they need the running kernel's own headers.
+ */
+#include <linux/fs.h>
+#include <linux/sched.h>
+#include <linux/nfs_fs.h>
+#include <linux/nfs_xdr.h>
+
+struct writer_seen {
+    u64 files;
+    u32 tgid;
+};
+
+/* struct file -> the last writer seen through it (LRU: closed files age out). */
+BPF_TABLE("lru_hash", u64, struct writer_seen, writer_seen, 65536);
+BPF_RINGBUF_OUTPUT(owner_ring, OWNER_RING_PAGES);
+
+int kprobe__nfs_file_write(struct pt_regs *ctx, struct kiocb *iocb)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+    struct writer_seen now = {.tgid = id >> 32};
+    struct file *filp = 0;
+    bpf_probe_read_kernel(&now.files, sizeof(now.files), &task->files);
+    bpf_probe_read_kernel(&filp, sizeof(filp), &iocb->ki_filp);
+    u64 file = (u64)filp;
+    struct writer_seen *seen = writer_seen.lookup(&file);
+    if (seen && seen->files == now.files && seen->tgid == now.tgid)
+        return 0;
+    writer_seen.update(&file, &now);
+    struct owner_event *e = owner_ring.ringbuf_reserve(sizeof(struct owner_event));
+    if (!e) {
+        count_loss(LOSS_OWNER_RING_FULL);
+        return 0;
+    }
+    e->ts = bpf_ktime_get_ns();
+    e->files = now.files;
+    e->file = file;
+    e->tid = id;
+    e->tgid = id >> 32;
+    owner_ring.ringbuf_submit(e, 0);
+    return 0;
+}
+
+int kprobe__nfs_initiate_write(struct pt_regs *ctx, struct nfs_pgio_header *hdr)
+{
+    struct pending_owner o = {};
+    struct nfs_lock_context *l = 0;
+    struct nfs_open_context *c = 0;
+    bpf_probe_read_kernel(&l, sizeof(l), &hdr->args.lock_context);
+    bpf_probe_read_kernel(&c, sizeof(c), &hdr->args.context);
+    if (l)
+        bpf_probe_read_kernel(&o.lock_owner, sizeof(o.lock_owner), &l->lockowner);
+    if (c)
+        bpf_probe_read_kernel(&o.open_file, sizeof(o.open_file), &c->flock_owner);
+    u32 tid = bpf_get_current_pid_tgid();
+    pending_owner.update(&tid, &o);
+    return 0;
+}
