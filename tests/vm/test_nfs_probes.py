@@ -144,6 +144,11 @@ def test_writeback_is_charged_to_the_rank_that_wrote(unconstrained, tmp_path):
     assert sum(r for r, _ in right.values()) >= 0.95 * total, right
     assert right["lock_context"][1] >= 0.95 * total, right
     assert right["lock_context"][0] >= 0.99 * right["lock_context"][1], right
+    # the open file (the next method) names the same writers: every struct file here is one rank's
+    writer_of_file = {o["file"]: o["tgid"] for o in job.table("owners").to_pylist()}
+    rpcs = attributed_rpcs(job).filter(pc.equal(attributed_rpcs(job)["procname"], "WRITE")).to_pylist()
+    same = sum(w["io_count"] for w in rpcs if writer_of_file.get(w["open_file"]) == w["attributed_tgid"])
+    assert same >= 0.99 * total, (same, total)
     # the same capture without the owners rows: the inode's writers by time
     bare = tmp_path / "capture"
     shutil.copytree(unconstrained / "capture", bare, ignore=shutil.ignore_patterns("owners"))
