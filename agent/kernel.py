@@ -59,6 +59,34 @@ def missing_kprobe_functions(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n not in found]
 
 
+# Structs that a newer kernel's internal linux/bpf.h takes the size of, and that an older
+# BCC's own copy of the uapi bpf.h does not define (BCC 0.26 with 6.12 headers): a program
+# including that header needs them defined first.
+OPAQUE_BPF_STRUCTS = ("bpf_wq", "bpf_rb_root", "bpf_rb_node", "bpf_refcount")
+
+
+def bpf_structs_bcc_lacks() -> list[str]:
+    """Which OPAQUE_BPF_STRUCTS the kernel headers use and the loaded libbcc lacks (its
+    compat headers are strings inside the library). Call with bcc imported."""
+    release = os.uname().release
+    used = ""
+    for tree in (f"/lib/modules/{release}/build", f"/lib/modules/{release}/source"):
+        try:
+            with open(os.path.join(tree, "include", "linux", "bpf.h")) as f:
+                used = f.read()
+            break
+        except OSError:
+            continue
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "/libbcc.so" in line}
+        blob = b"".join(open(path, "rb").read() for path in libs)
+    except OSError:
+        return []
+    return [name for name in OPAQUE_BPF_STRUCTS
+            if f"struct {name}" in used and f"struct {name} {{".encode() not in blob]
+
+
 def kernel_module_loaded(name: str) -> bool:
     return os.path.isdir(f"/sys/module/{name}")
 

@@ -164,6 +164,7 @@ RPC_EVENT = Layout("rpc_event", (
     ("io_dev", "u32"),             # the kernel's dev_t (major << 20 | minor)
     ("task_id", "u32"),
     ("client_id", "u32"),
+    ("xprt_id", "s32"),            # the transport it used (xprt group: kprobe on xprt_reserve); -1 unknown
     ("xid", "u32"),
     ("owner_tid", "u32"),          # current at rpc_task_begin (kworker/rpciod for async writeback)
     ("owner_tgid", "u32"),
@@ -190,6 +191,22 @@ SLOT_EVENT = Layout("slot_event", (
     ("sending", "s32"),       # asleep on xprt_sending
     ("pending", "s32"),       # asleep on xprt_pending: sent, waiting for the reply
     ("client_id", "u32"),
+))
+
+# A transport's own slot counters (xprt group: kprobes on xprt_reserve and
+# xprt_free_slot), sampled as each task asks for a slot and as each is given back.
+XPRT_EVENT = Layout("xprt_event", (
+    ("ts", "s64"),
+    ("xprt_id", "u32"),            # struct rpc_xprt id: one per connection (nconnect makes several)
+    ("client_id", "u32"),          # the RPC client of the task that asked or gave back
+    ("num_reqs", "u32"),           # slots allocated (in use, plus up to min_reqs idle ones)
+    ("max_reqs", "u32"),           # the table's limit
+    ("min_reqs", "u32"),           # preallocated slots
+    ("backlog", "u32"),            # tasks waiting for a slot
+    ("sending", "u32"),            # tasks waiting to send
+    ("pending", "u32"),            # tasks waiting for a reply
+    ("alloc", "u8"),               # 1: sampled as a task asks for a slot, 0: as one is given back
+    ("_pad", "char[7]"),
 ))
 
 # Who writes through which open file with which files_struct (nfs_file_write kprobe),
@@ -252,10 +269,10 @@ BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir", "close_range"}
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.
 LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed",
-                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full", "owner_ring_full")
+                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full", "owner_ring_full", "xprt_ring_full")
 
 
-LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT)
+LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)
 
 
 def c_header() -> str:

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import kernel
 from .layouts import (INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OPS, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT,
-                      SYS_EVENT, Layout, c_header)
+                      SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .ringbuf import RingReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -186,16 +186,14 @@ class NfsProbes(ProbeGroup):
         return common_reason() or module_reason("nfs", "nfs") or _missing_tracepoints(self.required)
 
 
-class OwnerProbes(ProbeGroup):
-    name = "nfs_owner"
-    description = ("whose pages background writeback sends: each WRITE's lock owner and open file "
-                   "(kprobes on nfs_file_write, nfs_initiate_write)")
-    source = "owners.c"
-    rings = {"owner_ring": (OWNER_EVENT, 64)}
-    functions = ("nfs_file_write", "nfs_initiate_write")
+class KprobeGroup(ProbeGroup):
+    """A group of kprobes that read struct fields: it needs kprobes, its functions, and the
+    running kernel's own headers."""
+    module = ""                              # whose tracepoints say the module is there
+    functions: tuple[str, ...] = ()
 
     def can_run(self) -> str | None:
-        reason = common_reason() or module_reason("nfs", "nfs")
+        reason = common_reason() or module_reason(self.module, self.module)
         if reason:
             return reason
         if not kernel.kprobes_available():
@@ -208,11 +206,38 @@ class OwnerProbes(ProbeGroup):
                     f"own: struct fields would be read at wrong offsets")
         return None
 
+    def cflags(self, filters: Filters) -> list[str]:
+        return super().cflags(filters) + [f"-DOPAQUE_{name.upper()}" for name in kernel.bpf_structs_bcc_lacks()]
+
+
+class OwnerProbes(KprobeGroup):
+    name = "nfs_owner"
+    description = ("whose pages background writeback sends: each WRITE's lock owner and open file "
+                   "(kprobes on nfs_file_write, nfs_initiate_write)")
+    source = "owners.c"
+    rings = {"owner_ring": (OWNER_EVENT, 64)}
+    module = "nfs"
+    functions = ("nfs_file_write", "nfs_initiate_write")
+
+
+class XprtProbes(KprobeGroup):
+    """Loaded with the sunrpc group only: it notes each task's transport in that group's map."""
+    name = "xprt"
+    description = ("each transport's slot counters (num_reqs, max_reqs, queues) and which one each RPC "
+                   "used (kprobes on xprt_reserve, xprt_free_slot)")
+    source = "xprt.c"
+    rings = {"xprt_ring": (XPRT_EVENT, 256)}
+    module = "sunrpc"
+    functions = ("xprt_reserve", "xprt_free_slot")
+
 
 def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
     from bcc import BPF  # only here: importing bcc is the agent's business alone
 
-    text = c_header() + resources.files("slotscope.bpf").joinpath("common.h").read_text()
+    bpf_dir = resources.files("slotscope.bpf")
+    text = c_header() + bpf_dir.joinpath("common.h").read_text()
+    if any(isinstance(g, KprobeGroup) for g in groups):
+        text += bpf_dir.joinpath("opaque.h").read_text()
     text += "".join(g.program_text() for g in groups)
     cflags = [flag for g in groups for flag in g.cflags(filters)]
     bpf = BPF(text=text.encode(), cflags=cflags)

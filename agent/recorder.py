@@ -21,8 +21,8 @@ from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import Filters, NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, load
-from .rpc_rows import ClientNames, nfs_table, owners_table, rpc_table, slots_table
+from .probes import Filters, KprobeGroup, NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, XprtProbes, load
+from .rpc_rows import ClientNames, nfs_table, owners_table, rpc_table, slots_table, xprt_table
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
 from .tables import AGENT, LOSS, PROCS, SCHEMAS
 
@@ -143,10 +143,12 @@ class Recorder:
         reason = syscalls.can_run()
         if reason:
             raise RecordError(f"cannot trace syscalls: {reason}")
-        # sunrpc, nfs and nfs_owner are optional: a machine without NFS still records syscalls.
+        # The NFS groups are optional: a machine without NFS still records syscalls.
         groups, skipped = [syscalls], {}
-        for group in (SunrpcProbes(), NfsProbes(), OwnerProbes()):
+        for group in (SunrpcProbes(), NfsProbes(), OwnerProbes(), XprtProbes()):
             why = group.can_run()
+            if isinstance(group, XprtProbes) and "sunrpc" in skipped:
+                why = "needs the sunrpc group"
             if why:
                 skipped[group.name] = why
             else:
@@ -265,10 +267,10 @@ class Recorder:
         return samplers
 
     def _load(self, groups: list, filters: Filters, skipped: dict) -> tuple:
-        """Load the groups; when that fails, retry without the kprobe group (it reads struct
+        """Load the groups; when that fails, retry without the kprobe groups (they read struct
         fields, the likeliest to break on an unusual kernel), then with syscalls alone: the
         optional groups must not cost the syscall view."""
-        attempts = [groups, [g for g in groups if not isinstance(g, OwnerProbes)], groups[:1]]
+        attempts = [groups, [g for g in groups if not isinstance(g, KprobeGroup)], groups[:1]]
         for i, attempt in enumerate(attempts):
             if i and attempt == attempts[i - 1]:
                 continue
@@ -293,6 +295,8 @@ class Recorder:
             writer.append("slots", slots_table(batch["slot_ring"], self.clients))
         if batch.get("nfs_ring") is not None and batch["nfs_ring"].size:
             writer.append("nfs_io", nfs_table(batch["nfs_ring"]))
+        if batch.get("xprt_ring") is not None and batch["xprt_ring"].size:
+            writer.append("xprt", xprt_table(batch["xprt_ring"], self.clients))
         if batch.get("owner_ring") is not None and batch["owner_ring"].size:
             writer.append("owners", owners_table(batch["owner_ring"]))
         table = self.decoder.feed(batch["sys_ring"], batch["path_ring"], batch["proc_ring"])

@@ -1,4 +1,5 @@
-"""`rpc`, `slots`, `nfs_io` and `owners` rows from the sunrpc, nfs and nfs_owner probe groups' events."""
+"""`rpc`, `slots`, `xprt`, `nfs_io` and `owners` rows from the sunrpc, xprt, nfs and nfs_owner
+probe groups' events."""
 from __future__ import annotations
 
 import glob
@@ -7,8 +8,8 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT
-from .tables import NFS_IO, OWNERS, RPC, SLOTS
+from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT
+from .tables import NFS_IO, OWNERS, RPC, SLOTS, XPRT
 
 DEBUGFS_CLIENTS = "/sys/kernel/debug/sunrpc/rpc_clnt"
 
@@ -62,10 +63,18 @@ def rpc_table(ev: np.ndarray, clients: ClientNames, now_ns: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=RPC)
 
 
-def slots_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:
-    cols = SLOT_EVENT.to_arrow(ev)
+def _with_server(layout, schema: pa.Schema, ev: np.ndarray, clients: ClientNames) -> pa.Table:
+    cols = layout.to_arrow(ev)
     cols["server"] = pa.array(clients.names(ev["client_id"]), pa.string())
-    return pa.Table.from_arrays([cols[f.name] for f in SLOTS], schema=SLOTS)
+    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+def slots_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:
+    return _with_server(SLOT_EVENT, SLOTS, ev, clients)
+
+
+def xprt_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:
+    return _with_server(XPRT_EVENT, XPRT, ev, clients)
 
 
 def nfs_table(ev: np.ndarray) -> pa.Table:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT
+from .layouts import NFS_EVENT, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT
 
 _sys = SYS_EVENT.arrow_type
 
@@ -64,6 +64,9 @@ RPC = pa.schema([(name, RPC_EVENT.arrow_type(name)) for name, _ in RPC_EVENT.fie
 NFS_IO = pa.schema([(name, NFS_EVENT.arrow_type(name)) for name, _ in NFS_EVENT.fields
                     if name not in ("_pad", "kind")] + [("kind", pa.string())])
 
+XPRT = pa.schema([(name, XPRT_EVENT.arrow_type(name)) for name, _ in XPRT_EVENT.fields if not name.startswith("_")] +
+                 [("server", pa.string())])
+
 OWNERS = pa.schema([(name, OWNER_EVENT.arrow_type(name)) for name, _ in OWNER_EVENT.fields])
 
 SLOTS = pa.schema([(name, SLOT_EVENT.arrow_type(name)) for name, _ in SLOT_EVENT.fields] +
@@ -83,6 +86,7 @@ SCHEMAS: dict[str, tuple[pa.Schema, int]] = {
     "rpc": (RPC, 1),
     "nfs_io": (NFS_IO, 1),
     "owners": (OWNERS, 1),
+    "xprt": (XPRT, 1),
     "syscall": (SYSCALL, 1),
     "blocked": (BLOCKED, 1),
     "procs": (PROCS, 1),

@@ -169,9 +169,13 @@ def _saturation_fix(tr: dict, write_bytes: float, session_bound: bool) -> str:
                      f"now {tr['session_slots'] or '?'}, then remount; the server grants at most its own limit, "
                      "so check the server's session slot setting too)")
     else:
+        # the sysctl sizes each connection's table (the kernel's own max_reqs where the xprt probes ran)
+        per_connection = (tr["xprts"][0]["max_reqs"] if tr.get("xprts") else
+                          tr["max_slots"] // int(nconnect) if tr["max_slots"] else "?")
+        more = "nconnect=16 (the most)" if int(nconnect) >= 8 else "nconnect=8"
         steps.append(f"raise the transport slot table (sysctl sunrpc.tcp_max_slot_table_entries, now "
-                     f"{tr['max_slots'] or '?'}, takes effect on new mounts) or mount with nconnect=8 "
-                     f"(now {nconnect}) to spread RPCs over more connections")
+                     f"{per_connection}{' per connection' if int(nconnect) > 1 else ''}, takes effect on new "
+                     f"mounts) or mount with {more} (now {nconnect}) to spread RPCs over more connections")
     if write_bytes and write_bytes < 256 * 1024:
         steps.append(f"send fewer, larger WRITEs: the mean WRITE is {size(write_bytes)}; write through the "
                      "page cache in large chunks and fsync once per file instead of O_SYNC/O_DIRECT small writes")

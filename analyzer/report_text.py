@@ -117,6 +117,10 @@ def _transport_rows(transports: list[dict]) -> list[str]:
                f"{'-' if t['peak_in_use'] is None else t['peak_in_use']:>5} {full:>5} "
                f"{'-' if t['backlog_peak'] is None else t['backlog_peak']:>7}  ")
         out.append(row + link_text[:WIDTH - len(row)])
+        for x in t.get("xprts") or []:    # the kernel's own counters, per connection
+            out.append(f"  transport {x['id']}: {x['max_reqs']} slots, peak {x['peak_num_reqs']} allocated "
+                       f"({x['min_reqs']} preallocated), tasks waiting for one {pct(x['saturated_fraction'])} "
+                       f"of the save, up to {x['backlog_peak']}")
     return out
 
 

@@ -2,7 +2,9 @@
 
 The agent records occupancy per RPC client on every change; clients cloned from the
 same mount (nfs, nfsacl, ...) share the server's transport, so the occupancy of the
-transport is the sum over its clients. Each sample holds until the next one.
+transport is the sum over its clients. Each sample holds until the next one. Where the
+xprt kprobes ran, each transport's own counters (num_reqs, max_reqs, backlog) are there
+too, per connection: `xprts`, and the kernel's limit replaces the one from the sysctl.
 """
 from __future__ import annotations
 
@@ -85,7 +87,8 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
     """One entry per (host, server) with slot rows or RPCs, as in the JSON contract, plus the
     time series the findings and the report use (keys starting with '_' stay out of JSON)."""
     slots = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("slots")}
-    keys = {(cap.meta.get("host", "?"), server) for name in ("rpc", "slots")
+    kernel_rows = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("xprt")}
+    keys = {(cap.meta.get("host", "?"), server) for name in ("rpc", "slots", "xprt")
             for cap, t in job.per_capture(name) for server in pc.unique(t["server"]).to_pylist()}
     out = []
     for host, server in sorted(keys, key=lambda k: (k[0], k[1] or "")):
@@ -97,12 +100,15 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
                  "mount": mount and {k: mount.get(k) for k in ("mountpoint", "vers", "proto", "nconnect",
                                                                "wsize", "timeo", "retrans", "hard")},
                  "peak_in_use": None, "saturated_fraction": None, "saturated_s": None, "backlog_peak": None,
-                 "mean_waiting": None, "link": link_usage(job, host, addr, window)}
-        mine = slots.get(host)
+                 "mean_waiting": None, "link": link_usage(job, host, addr, window), "xprts": []}
+        xprts = _of_server(kernel_rows.get(host), server)
+        if xprts is not None:
+            entry["xprts"] = xprt_entries(xprts, offset, window)
+            # the kernel's own limit: every connection's table (nconnect makes several)
+            entry["max_slots"] = sum(x["max_reqs"] for x in entry["xprts"]) or limit
+            limit = entry["max_slots"]
+        mine = _of_server(slots.get(host), server)
         if mine is not None:
-            same = pc.equal(mine["server"], server)
-            mine = mine if pc.all(same).as_py() else mine.filter(same)
-        if mine is not None and mine.num_rows:
             occ = occupancy(mine, offset)
             entry["_occupancy"] = occ
             t0, t1 = window or (int(occ.ts[0]), int(occ.ts[-1]))
@@ -120,6 +126,40 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
                              saturated_fraction=float((dur * full).sum()) / span,
                              mean_waiting=float((dur * waiting).sum()) / span)
         out.append(entry)
+    return out
+
+
+def _of_server(t: pa.Table | None, server: str | None) -> pa.Table | None:
+    """The rows of `t` toward `server`, None when there are none."""
+    if t is None:
+        return None
+    same = pc.fill_null(pc.equal(t["server"], server), False) if server is not None else pc.is_null(t["server"])
+    t = t if pc.all(same).as_py() else t.filter(same)
+    return t if t.num_rows else None
+
+
+def xprt_entries(rows: pa.Table, offset_ns: int, window: tuple[int, int] | None) -> list[dict]:
+    """Per transport (struct rpc_xprt: one per connection), from its own counters sampled at
+    every slot taken or given back: the table's limit, its peak, and how long tasks waited
+    for a slot on it within the window. (num_reqs counts idle preallocated slots too: with
+    min_reqs == max_reqs it is always at the limit, so waiters, not num_reqs, say full.)"""
+    out = []
+    for xid in sorted(pc.unique(rows["xprt_id"]).to_pylist()):
+        mine = rows.filter(pc.equal(rows["xprt_id"], xid))
+        ts = mine["ts"].to_numpy().astype(np.int64) + offset_ns
+        order = np.argsort(ts, kind="stable")
+        cols = {c: mine[c].to_numpy().astype(np.int64)[order] for c in ("num_reqs", "max_reqs", "min_reqs", "backlog")}
+        occ = Occupancy(ts[order], cols)
+        t0, t1 = window or (int(occ.ts[0]), int(occ.ts[-1]))
+        inside = occ.within(t0, t1)
+        if not inside.any():
+            continue
+        full = cols["backlog"] > 0
+        out.append({"id": int(xid), "max_reqs": int(cols["max_reqs"][inside].max()),
+                    "min_reqs": int(cols["min_reqs"][inside].max()),
+                    "peak_num_reqs": int(cols["num_reqs"][inside].max()),
+                    "backlog_peak": int(cols["backlog"][inside].max()),
+                    "saturated_fraction": float((occ.durations(t0, t1) * full).sum()) / max(t1 - t0, 1)})
     return out
 
 

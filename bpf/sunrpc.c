@@ -99,6 +99,7 @@ static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_
     st.ev.owner_tid = id;
     st.ev.owner_tgid = id >> 32;
     st.ev.task_flags = flags;
+    st.ev.xprt_id = -1;  /* the xprt group fills it in at xprt_reserve */
     u32 tid = id;
     struct pending_io *io = pending_io.lookup(&tid);
     if (io) {  /* the WRITE/COMMIT/READ this thread just initiated */

@@ -69,19 +69,26 @@ def scenario(tmp_path_factory, name, *args):
 
 # --- the scenarios (options and what each shows: vmrig/scenarios.py), one VM run each
 
-def _named(name):
-    @pytest.fixture(scope="session", name=name)
-    def fixture(vm_image, tmp_path_factory):
-        return scenario(tmp_path_factory, name, *NAMED[name])
-    fixture.__doc__ = f"Results directory of the {name!r} scenario."
+def _named(name, kernels=("6.1",)):
+    """A session fixture running the named scenario once per kernel (tests using it run on each)."""
+    @pytest.fixture(scope="session", name=name, params=kernels)
+    def fixture(request, vm_image, tmp_path_factory):
+        kernel = request.param
+        if kernel == "6.1":            # the rig's default
+            return scenario(tmp_path_factory, name, *NAMED[name])
+        return scenario(tmp_path_factory, f"{name}-{kernel}", *NAMED[name], "--kernel", kernel)
+    fixture.__doc__ = f"Results directory of the {name!r} scenario, on kernels {', '.join(kernels)}."
     return fixture
 
 
-mixed = _named("mixed")
-saturated = _named("saturated")
-saturated_v42 = _named("saturated_v42")
-unconstrained = _named("unconstrained")
-frozen = _named("frozen")
+# The agent's probes on both kernels of the rig; the analyzer's causes on 6.1.
+BOTH = ("6.1", "6.12")
+mixed = _named("mixed", BOTH)
+saturated = _named("saturated", BOTH)
+saturated_v42 = _named("saturated_v42", BOTH)
+unconstrained = _named("unconstrained", BOTH)
+frozen = _named("frozen", BOTH)
 small_sync = _named("small_sync")
 flush_stall = _named("flush_stall")
 straggler = _named("straggler")
+nconnect = _named("nconnect")

@@ -33,7 +33,8 @@ def per_proc(table):
 
 def test_per_procedure_totals_match_mountstats(mixed):
     """Counts and summed backlog, RTT and execute per procedure agree with the
-    /proc/self/mountstats delta within 1% (the kernel prints ms, the tracepoint µs)."""
+    /proc/self/mountstats delta within 1% (the kernel prints ms, the tracepoint µs), and
+    so do the bytes the WRITEs carried (mountstats' server write bytes)."""
     before = mountstats.parse((mixed / "mountstats.before").read_text())
     after = mountstats.parse((mixed / "mountstats.after").read_text())
     want = {name: {k: v - before["ops"].get(name, {}).get(k, 0) for k, v in c.items()}
@@ -49,6 +50,10 @@ def test_per_procedure_totals_match_mountstats(mixed):
                              ("execute_us_sum", "execute_ms")):
             ms = g[ours] / 1000
             assert abs(ms - w[theirs]) <= max(0.01 * w[theirs], 1 + w["ops"] / 1000), (name, ours, ms, w[theirs])
+    rpc = rpc_rows(mixed)
+    sent = pc.sum(rpc.filter(pc.and_(pc.equal(rpc["procname"], "WRITE"), pc.equal(rpc["complete"], 1)))["io_count"])
+    server_written = after["bytes"]["server_write"] - before["bytes"]["server_write"]
+    assert server_written > 0 and abs(sent.as_py() - server_written) <= 0.01 * server_written
     io = json.loads(subprocess.run([sys.executable, "-m", "slotscope.agent.cli", "dump", str(mixed / "capture"),
                                     "-t", "nfs_io", "-O", "json"], capture_output=True, text=True,
                                    check=True).stdout.splitlines()[0])
@@ -83,6 +88,44 @@ def test_saturated_occupancy_reaches_the_limit(saturated):
     assert net.num_rows >= 10 and set(net["server"].to_pylist()) == {"10.0.0.1"}
     sent = pc.max(net["tx_bytes"]).as_py() - pc.min(net["tx_bytes"]).as_py()
     assert sent >= 8 * 256 * 1024   # every rank's quarter MiB crossed the sampled link
+
+
+def _nfs_writes_by_transport(cap) -> dict[int, int]:
+    rpc = cap.read("rpc")
+    writes = rpc.filter(pc.and_(pc.equal(rpc["procname"], "WRITE"), pc.equal(rpc["complete"], 1)))
+    ids = writes["xprt_id"].to_pylist()
+    return {i: ids.count(i) for i in set(ids)}
+
+
+def test_the_transport_reports_its_own_slot_counters(saturated):
+    """The xprt kprobes: every WRITE names its transport, whose own counters say max_reqs 4
+    (the sysctl), all 4 slots allocated at the peak, and tasks waiting in its backlog."""
+    from slotscope.analyzer.capture import Capture
+    cap = Capture.open(str(saturated / "capture"))
+    (xprt_id,) = _nfs_writes_by_transport(cap)
+    x = cap.read("xprt")
+    mine = x.filter(pc.equal(x["xprt_id"], xprt_id))
+    assert set(mine["server"].to_pylist()) == {"10.0.0.1:2049"}
+    assert set(mine["max_reqs"].to_pylist()) == {4}
+    assert pc.max(mine["num_reqs"]).as_py() == 4
+    assert pc.max(mine["backlog"]).as_py() >= 3
+
+
+def test_nconnect_gives_each_connection_its_own_table(nconnect):
+    """nconnect=2 with 2 slots each: the WRITEs spread over two transports, each with a table
+    of 2 and tasks waiting for it; the analysis lists both and takes their sum as the limit."""
+    from slotscope.analyzer.analysis import analyze
+    from slotscope.analyzer.capture import Capture
+    from slotscope.analyzer.job import Job
+    cap = Capture.open(str(nconnect / "capture"))
+    per = _nfs_writes_by_transport(cap)
+    assert len(per) == 2 and min(per.values()) >= 0.25 * sum(per.values()), per
+    result = analyze(Job.open([str(nconnect / "capture")]), "0")
+    (t,) = [t for t in result["transports"] if t["server"] == "10.0.0.1:2049"]
+    assert "tcp_max_slot_table_entries, now 2 per connection" in result["findings"][0]["fix"]
+    assert sorted(x["id"] for x in t["xprts"]) == sorted(per)
+    assert [x["max_reqs"] for x in t["xprts"]] == [2, 2] and t["max_slots"] == 4
+    assert all(x["backlog_peak"] >= 1 and x["saturated_fraction"] > 0.3 for x in t["xprts"]), t["xprts"]
 
 
 def test_unconstrained_large_writes_do_not_wait_for_slots(unconstrained):

@@ -3,12 +3,15 @@
 OP_FIELDS = ("ops", "ntrans", "timeouts", "bytes_sent", "bytes_recv", "queue_ms", "rtt_ms",
              "execute_ms", "errors")
 # "xprt: tcp ..." after the protocol name (net/sunrpc/xprtsock.c, xs_tcp_print_stats)
+# "bytes:" (fs/nfs/iostat.h): through the page cache, O_DIRECT, and what READ/WRITE RPCs moved
+BYTES_FIELDS = ("normal_read", "normal_write", "direct_read", "direct_write", "server_read", "server_write",
+                "read_pages", "write_pages")
 TCP_FIELDS = ("srcport", "bind_count", "connect_count", "connect_time", "idle_time", "sends",
               "recvs", "bad_xids", "req_u", "bklog_u", "max_slots", "sending_u", "pending_u")
 
 
 def parse(text, mountpoint="/mnt/nfs"):
-    ops, xprts, inside = {}, [], False
+    ops, xprts, nbytes, inside = {}, [], {}, False
     for line in text.splitlines():
         if line.startswith("device "):
             inside = f" mounted on {mountpoint} " in line
@@ -16,14 +19,16 @@ def parse(text, mountpoint="/mnt/nfs"):
         if not inside:
             continue
         parts = line.split()
-        if parts and parts[0] == "xprt:" and parts[1] == "tcp":
+        if parts and parts[0] == "bytes:":
+            nbytes = dict(zip(BYTES_FIELDS, map(int, parts[1:])))
+        elif parts and parts[0] == "xprt:" and parts[1] == "tcp":
             xprts.append(dict(zip(TCP_FIELDS, map(int, parts[2:]))))
         elif parts and parts[0].endswith(":") and parts[0][:-1].isupper() and parts[1:] \
                 and all(p.isdigit() for p in parts[1:]):
             ops[parts[0][:-1]] = dict(zip(OP_FIELDS, map(int, parts[1:])))
     if not ops:
         raise ValueError(f"no NFS mount on {mountpoint} in mountstats")
-    return {"ops": ops, "xprt": xprts}
+    return {"ops": ops, "xprt": xprts, "bytes": nbytes}
 
 
 def delta(before, after):

@@ -38,6 +38,10 @@ NAMED = {
     # their save in fsync. No slot limit: the table grows, nothing queues for a slot.
     "flush_stall": ["--nfs-vers", "3", "--delay-ms", "20", "--rate-mbit", "20", "--wsize", "65536",
                     "--ranks", "4", "--write-size", "1048576", "--mode", "fsync", "--file-mb", "4"],
+    # The saturating storm over nconnect=2 with 2 slots per connection: each connection
+    # (struct rpc_xprt) has its own table of 2, and WRITEs queue on both.
+    "nconnect": ["--nfs-vers", "3", "--slots", "2", "--nconnect", "2", "--delay-ms", "10", "--ranks", "8",
+                 "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25"],
     # 4 ranks of buffered 1 MiB writes, 1 MiB each, except rank 2 with 16 MiB, flushed at
     # close() over a 40 Mbit/s link (so that times are seconds, not tens of ms): rank 2
     # ends about 4x later than the median rank. No slot limit.
