@@ -895,6 +895,10 @@ def _transport_table(transports: list[dict]) -> str:
                      "-" if t["saturated_fraction"] is None else f"{100 * t['saturated_fraction']:.0f}%",
                      "-" if t["backlog_peak"] is None else t["backlog_peak"],
                      "-" if t.get("mean_waiting") is None else f"{t['mean_waiting']:.2f}", link_text])
+        for x in t.get("xprts") or []:     # the kernel's own counters, per connection
+            rows.append(["", f"transport {x['id']}", f"{x['min_reqs']} preallocated", x["max_reqs"],
+                         f"{x['peak_num_reqs']} allocated", f"{100 * x['saturated_fraction']:.0f}%",
+                         x["backlog_peak"], "-", ""])
     return _table(["host", "server", "mount", "slots", "peak in use", "full", "waiting peak", "mean waiting",
                    "link"], rows, numeric={3, 4, 5, 6, 7})
 

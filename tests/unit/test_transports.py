@@ -5,9 +5,10 @@ from unit_helpers import meta
 
 from slotscope.agent.capture_writer import CaptureWriter
 from slotscope.agent.tables import SCHEMAS, XPRT
-from slotscope.analyzer.job import Job
-from slotscope.analyzer.report_text import render_text
 from slotscope.analyzer.analysis import analyze
+from slotscope.analyzer.job import Job
+from slotscope.analyzer.report_html import write_html
+from slotscope.analyzer.report_text import render_text
 from slotscope.analyzer.transports import transport_table
 
 pytestmark = pytest.mark.unit
@@ -52,3 +53,10 @@ def test_the_report_lists_the_connections(job):
     assert ("transport 0: 2 slots, peak 2 allocated (2 preallocated), tasks waiting for one 40% of the save, "
             "up to 3") in text
     assert "transport 1: 2 slots, peak 2 allocated (2 preallocated), tasks waiting for one 0% of the save" in text
+
+
+def test_the_html_report_lists_the_connections(job, tmp_path):
+    out = tmp_path / "r.html"
+    write_html(job, analyze(job, "0"), str(out))
+    html = out.read_text()
+    assert "transport 0" in html and "transport 1" in html and "2 preallocated" in html
