@@ -275,6 +275,10 @@ LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_
 LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)
 
 
+# Every probe group's rings, numbered for the kernel's wakeup counters (bpf/common.h).
+RINGS = ("sys_ring", "path_ring", "proc_ring", "rpc_ring", "slot_ring", "nfs_ring", "owner_ring", "xprt_ring")
+
+
 def c_header() -> str:
     """Everything the C side needs from this module, as C text."""
     parts = ["/* generated from slotscope/agent/layouts.py: do not edit */"]
@@ -287,5 +291,6 @@ def c_header() -> str:
     parts += [f"#define NFS_{name.upper()} {num}" for num, name in NFS_KINDS.items()]
     parts += [f"#define NFS_CALL_{name.upper()} {1 << i}" for i, name in enumerate(NFS_CALLS)]
     parts.append(f"#define LOSS_NCOUNTERS {len(LOSS_COUNTERS)}")
+    parts += [f"#define {ring.upper()}_ID {i}" for i, ring in enumerate(RINGS)] + [f"#define NRINGS {len(RINGS)}"]
     parts += [layout.c_struct() for layout in LAYOUTS]
     return "\n".join(parts) + "\n"

@@ -26,8 +26,6 @@ from .rpc_rows import ClientNames, nfs_table, owners_table, rpc_table, slots_tab
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
 from .tables import AGENT, LOSS, PROCS, SCHEMAS
 
-POLL_IDLE = 0.02        # s between drains when the rings are quiet
-POLL_BUSY_FILL = 0.05   # drain again at once when a ring is this full
 STATS_EVERY = 1.0
 BLOCKED_MIN_NS = 1_000_000_000   # a syscall in progress this long is 'blocked' in the snapshots
 STATUS_EVERY = 5.0
@@ -212,8 +210,8 @@ class Recorder:
                     self.stop_reason = "command exited"
                 elif deadline and time.monotonic() >= deadline:
                     self.stop_reason = "duration reached"
-                elif loaded.fill() < POLL_BUSY_FILL:
-                    time.sleep(POLL_IDLE)
+                else:
+                    loaded.wait()
             self._drain(loaded, writer)   # what arrived before the probes go away
             self._write_blocked(loaded, writer)
             stopped = clock_pair()       # detaching the probes below takes seconds
@@ -270,20 +268,19 @@ class Recorder:
         """Load the groups; when that fails, retry without the kprobe groups (they read struct
         fields, the likeliest to break on an unusual kernel), then with syscalls alone: the
         optional groups must not cost the syscall view."""
-        attempts = [groups, [g for g in groups if not isinstance(g, KprobeGroup)], groups[:1]]
-        for i, attempt in enumerate(attempts):
-            if i and attempt == attempts[i - 1]:
-                continue
+        attempts = []
+        for attempt in (groups, [g for g in groups if not isinstance(g, KprobeGroup)], groups[:1]):
+            if attempt not in attempts:
+                attempts.append(attempt)
+        for attempt, fallback in zip(attempts, attempts[1:]):
             try:
                 return load(attempt, filters), attempt
             except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
-                if attempt is attempts[-1]:
-                    raise
-                dropped = [g for g in groups if g not in attempts[i + 1]]
+                dropped = [g for g in attempt if g not in fallback]
                 for g in dropped:
                     skipped[g.name] = f"failed to load: {exc}"
                 self._say(f"the probes failed to load ({exc}); retrying without {', '.join(g.name for g in dropped)}")
-        raise AssertionError("unreachable")
+        return load(attempts[-1], filters), attempts[-1]
 
     # ---- the drain ----
     def _drain(self, loaded, writer: CaptureWriter) -> None:

@@ -20,6 +20,11 @@ DISCARD_BIT = 1 << 30
 HEADER_SIZE = 8
 
 
+def record_size(layout: Layout) -> int:
+    """Bytes one event takes in the ring: its header, then the event padded to 8 bytes."""
+    return HEADER_SIZE + ((layout.dtype.itemsize + 7) & ~7)
+
+
 class RingLayoutError(RuntimeError):
     """A record whose size is not the layout's: the ring holds another event type."""
 
@@ -30,10 +35,11 @@ class RingReader:
             raise ValueError("ring buffer size must be a power of two")
         page = mmap.PAGESIZE
         self.layout = layout
+        self.fd = map_fd           # pollable: readable after a wakeup the producer forced
         self._dtype = layout.dtype
         self.data_size = data_size
         self.event_size = layout.dtype.itemsize
-        self.stride = HEADER_SIZE + ((self.event_size + 7) & ~7)
+        self.stride = record_size(layout)
         # Consumer page: ours to write. Producer page + twice-mapped data: read-only.
         self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._prod_map = mmap.mmap(map_fd, page + 2 * data_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)

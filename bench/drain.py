@@ -32,14 +32,10 @@ import numpy as np
 
 from slotscope.agent import kernel
 from slotscope.agent.layouts import OP_NUMBER, SYS_EVENT
+from slotscope.agent.probes import DRAIN_EVERY  # the agent's own cadence
 from slotscope.agent.probes import SyscallProbes as _Sys
 
 SYS_RING_PAGES = _Sys.rings["sys_ring"][1]
-
-try:  # drain on the agent's own cadence
-    from slotscope.agent.recorder import POLL_BUSY_FILL, POLL_IDLE
-except Exception:  # the recorder is optional here (and may be mid-edit): its values as of writing
-    POLL_IDLE, POLL_BUSY_FILL = 0.02, 0.05
 
 # The producer reports through a shared page, not stdout: a final printf would
 # be one more traced write() and spoil produced == received.
@@ -265,8 +261,11 @@ class Slotscope:
         if reason:
             raise RuntimeError(reason)
         self.pid = pid
-        self.poll = POLL_IDLE if poll_ms is None else poll_ms / 1000
+        self.poll = DRAIN_EVERY if poll_ms is None else poll_ms / 1000
         self.loaded = load([probes], Filters(tgids=[pid]))
+        # As the recorder's first drain: pyarrow's lazy start-up (~0.15 s) is not a drain's cost.
+        for ring in self.loaded.rings.values():
+            ring.layout.to_arrow(np.zeros(1, ring.layout.dtype))
         self.received = self.bytes = self.other = self.batches = 0
         self.max_fill = 0.0
 
@@ -285,8 +284,7 @@ class Slotscope:
         for name in ("path_ring", "proc_ring"):
             if len(batch[name]):
                 self.loaded.rings[name].layout.to_arrow(batch[name])
-        if self.loaded.fill() < POLL_BUSY_FILL:  # as the recorder: sleep unless the ring fills up
-            time.sleep(self.poll)
+        self.loaded.wait(self.poll)  # as the recorder
 
     def kernel_lost(self) -> int:
         loss = self.loaded.loss_totals()
@@ -432,7 +430,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 s per method (smoke test)")
     ap.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     ap.add_argument("--poll-ms", type=float, default=None,
-                    help=f"slotscope's drain cadence (default: the recorder's, {POLL_IDLE * 1000:g} ms)")
+                    help=f"slotscope's drain cadence (default: the recorder's, {DRAIN_EVERY * 1000:g} ms)")
     ap.add_argument("--methods", default="none,perf,ringbuf,slotscope", help="comma-separated subset")
     args = ap.parse_args(argv)
     seconds = 1.0 if args.quick else args.seconds
@@ -464,7 +462,7 @@ def main(argv=None) -> int:
     add_ratios(results)
     verdict = goal(results)
     out = {"kernel": os.uname().release, "cpus": os.cpu_count(), "pinning": {"producer": cpus[0], "consumer": cpus[1]},
-           "seconds_per_method": seconds, "poll_ms": args.poll_ms or POLL_IDLE * 1000, "sys_ring_pages": SYS_RING_PAGES,
+           "seconds_per_method": seconds, "poll_ms": args.poll_ms or DRAIN_EVERY * 1000, "sys_ring_pages": SYS_RING_PAGES,
            "methods": results, "goal": verdict}
     if args.json:
         json.dump(out, sys.stdout, indent=2)

@@ -10,6 +10,26 @@ static __always_inline void count_loss(int idx)
         (*v)++;
 }
 
+/* Events are submitted without waking the agent: it drains every ring on its own cadence
+ * (DRAIN_EVERY in agent/probes.py), far cheaper than a wakeup per event. It is woken early
+ * when an event cannot wait (`urgent`: a new program, to identify before it exits) or
+ * after `every` events on this CPU (<RING>_WAKE: an eighth of the ring over all CPUs), so
+ * that it drains before the ring overflows. The agent waits with epoll, edge-triggered:
+ * only these forced wakeups end its wait. */
+BPF_PERCPU_ARRAY(unwoken, u32, NRINGS);
+
+static __always_inline u64 wake_flags(int ring, u32 every, int urgent)
+{
+    u32 *n = unwoken.lookup(&ring);
+    if (!n)
+        return urgent ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+    if (urgent || ++*n >= every) {
+        *n = 0;
+        return BPF_RB_FORCE_WAKEUP;
+    }
+    return BPF_RB_NO_WAKEUP;
+}
+
 /* nfs_initiate_{write,commit,read} fire in the issuing thread just before it starts
  * the RPC task (rpc_execute -> rpc_task_begin, same thread): the nfs group leaves the
  * I/O here by thread id and the sunrpc group attaches it to the task. */

@@ -29,7 +29,7 @@ static __always_inline struct nfs_event *nfs_reserve(u32 kind, u32 dev, u64 file
 /* BCC rewrites map calls, but not inside macros: submit through a function. */
 static __always_inline void nfs_submit(struct nfs_event *e)
 {
-    nfs_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    nfs_ring.ringbuf_submit(e, wake_flags(NFS_RING_ID, NFS_RING_WAKE, 0));
 }
 
 /* The I/O this thread is about to start an RPC for (see common.h). */

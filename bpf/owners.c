@@ -53,7 +53,7 @@ int kprobe__nfs_file_write(struct pt_regs *ctx, struct kiocb *iocb)
     e->file = file;
     e->tid = id;
     e->tgid = id >> 32;
-    owner_ring.ringbuf_submit(e, 0);
+    owner_ring.ringbuf_submit(e, wake_flags(OWNER_RING_ID, OWNER_RING_WAKE, 0));
     return 0;
 }
 

@@ -74,7 +74,7 @@ static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
     e->session_wait = c->session_wait;
     e->sending = c->sending;
     e->pending = c->pending;
-    slot_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    slot_ring.ringbuf_submit(e, wake_flags(SLOT_RING_ID, SLOT_RING_WAKE, 0));
 }
 
 static __always_inline u64 rpc_key(u32 client_id, u32 task_id)
@@ -286,7 +286,7 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
         if (!e->ts_end)
             e->ts_end = bpf_ktime_get_ns();
         e->complete = 1;
-        rpc_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+        rpc_ring.ringbuf_submit(e, wake_flags(RPC_RING_ID, RPC_RING_WAKE, 0));
     } else {
         count_loss(LOSS_RPC_RING_FULL);
     }

@@ -132,7 +132,7 @@ static __always_inline int emit_path(s64 ts_enter, u32 tid, u8 slot, u64 uptr)
         p->path[0] = 0;
         count_loss(LOSS_PATH_READ_FAILED);
     }
-    path_ring.ringbuf_submit(p, BPF_RB_NO_WAKEUP);
+    path_ring.ringbuf_submit(p, wake_flags(PATH_RING_ID, PATH_RING_WAKE, 0));
     return 1;
 }
 
@@ -192,7 +192,7 @@ static __always_inline int leave(long ret)
     e->nfs_calls = in->nfs_calls;
     e->npaths = npaths;
     e->partial = in->partial;
-    sys_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    sys_ring.ringbuf_submit(e, wake_flags(SYS_RING_ID, SYS_RING_WAKE, 0));
 out:
     inflight.delete(&tid);
     return 0;
@@ -376,7 +376,7 @@ static __always_inline void emit_proc(u32 kind, u32 tid, u64 clone_flags)
     p->tgid = id >> 32;
     p->ptid = id;
     p->kind = kind;
-    proc_ring.ringbuf_submit(p, BPF_RB_NO_WAKEUP);
+    proc_ring.ringbuf_submit(p, wake_flags(PROC_RING_ID, PROC_RING_WAKE, kind == PROC_EXEC));
 }
 
 TRACEPOINT_PROBE(task, task_newtask)

@@ -51,7 +51,7 @@ static __always_inline void xprt_sample(struct rpc_xprt *xprt, u32 client_id, u8
     READ_QLEN(e->backlog, xprt->backlog);
     READ_QLEN(e->sending, xprt->sending);
     READ_QLEN(e->pending, xprt->pending);
-    xprt_ring.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+    xprt_ring.ringbuf_submit(e, wake_flags(XPRT_RING_ID, XPRT_RING_WAKE, 0));
 }
 
 /* Every task asks here (call_reserve), also while the transport is congested, when it
