@@ -5,9 +5,11 @@ A writer does 4 KiB write()s to a local file as fast as it can, for a fixed time
 three times: without the agent (the baseline), with `slotscope record` tracing the
 file (every write becomes a row), and with the agent running but filtering the file
 out (the kernel skips its fd after the first write). Figures are write()s per second
-and their ratio to the baseline. Needs root.
+and their ratio to the baseline. Then the agent's own cost at a save's pace: the writer
+paced to --rate write()s a second, traced, and the agent's CPU while it runs, as a
+share of a core and against the writer's own CPU. Needs root.
 
-    sudo .venv/bin/python bench/syscall_overhead.py [--seconds 3]
+    sudo .venv/bin/python bench/syscall_overhead.py [--seconds 3] [--rate 4000]
 """
 from __future__ import annotations
 
@@ -20,27 +22,41 @@ import sys
 import tempfile
 import time
 
+# argv: file, seconds, write()s per second (0: as fast as it can). Prints its rate and CPU s.
 WRITER = """
 import os, sys, time
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 buf = b"w" * 4096
-n, end = 0, time.perf_counter() + float(sys.argv[2])
-while time.perf_counter() < end:
-    for _ in range(256):
+seconds, rate = float(sys.argv[2]), float(sys.argv[3])
+chunk = 256 if not rate else max(1, int(rate / 100))
+n, start = 0, time.perf_counter()
+while time.perf_counter() < start + seconds:
+    for _ in range(chunk):
         os.write(fd, buf)
-    n += 256
+    n += chunk
     os.lseek(fd, 0, 0)
-print(n / float(sys.argv[2]))
+    if rate:
+        time.sleep(max(0.0, start + n / rate - time.perf_counter()))
+print(n / seconds, time.process_time())
 """
 
 
-def writer_rate(path: str, seconds: float) -> float:
-    out = subprocess.run([sys.executable, "-c", WRITER, path, str(seconds)], check=True,
+def writer(path: str, seconds: float, rate: float = 0) -> tuple[float, float]:
+    """(write()s per second, the writer's CPU seconds)."""
+    out = subprocess.run([sys.executable, "-c", WRITER, path, str(seconds), str(rate)], check=True,
                          capture_output=True, text=True)
-    return float(out.stdout)
+    achieved, cpu = out.stdout.split()
+    return float(achieved), float(cpu)
 
 
-def with_agent(work: str, seconds: float, trace_prefix: str) -> tuple[float, dict]:
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_agent(work: str, seconds: float, trace_prefix: str, rate: float = 0) -> tuple[float, dict, float, float]:
+    """-> (the writer's write()s per second, the capture's totals, the writer's and the
+    agent's CPU seconds while the writer ran)."""
     cap = os.path.join(work, f"cap-{len(os.listdir(work))}")
     agent = subprocess.Popen([sys.executable, "-m", "slotscope.agent.cli", "record", "-o", cap,
                               "--path", trace_prefix, "-q"], stderr=subprocess.PIPE, text=True)
@@ -48,18 +64,22 @@ def with_agent(work: str, seconds: float, trace_prefix: str) -> tuple[float, dic
     if "recording" not in line:
         raise SystemExit(f"agent did not start: {line}{agent.stderr.read()}")
     try:
-        rate = writer_rate(os.path.join(work, "data", "w.bin"), seconds)
+        time.sleep(1)        # past the agent's start-up work
+        before = cpu_seconds(agent.pid)
+        achieved, writer_cpu = writer(os.path.join(work, "data", "w.bin"), seconds, rate)
+        agent_cpu = cpu_seconds(agent.pid) - before
     finally:
         agent.send_signal(signal.SIGINT)
         agent.wait(60)
     with open(os.path.join(cap, "meta.json")) as f:
         totals = json.load(f)["totals"]
-    return rate, totals
+    return achieved, totals, writer_cpu, agent_cpu
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--rate", type=float, default=4000, help="the paced writer's write()s a second (default 4000)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -67,14 +87,18 @@ def main() -> int:
         return 1
     with tempfile.TemporaryDirectory(prefix="slotscope-bench-") as work:
         os.mkdir(os.path.join(work, "data"))
-        base = writer_rate(os.path.join(work, "data", "w.bin"), args.seconds)
-        traced, t_tot = with_agent(work, args.seconds, os.path.join(work, "data"))
-        skipped, s_tot = with_agent(work, args.seconds, os.path.join(work, "elsewhere"))
+        base, _ = writer(os.path.join(work, "data", "w.bin"), args.seconds)
+        traced, t_tot, _, _ = with_agent(work, args.seconds, os.path.join(work, "data"))
+        skipped, s_tot, _, _ = with_agent(work, args.seconds, os.path.join(work, "elsewhere"))
+        paced, p_tot, p_writer, p_agent = with_agent(work, args.seconds, os.path.join(work, "data"), args.rate)
     result = {
         "baseline_writes_per_s": base,
         "traced_writes_per_s": traced, "traced_ratio": traced / base, "traced_rows": t_tot["rows"],
         "traced_lost": sum(t_tot["lost"].values()),
         "filtered_writes_per_s": skipped, "filtered_ratio": skipped / base, "filtered_rows": s_tot["rows"],
+        "paced_writes_per_s": paced, "paced_rows": p_tot["rows"], "paced_writer_cpu_s": p_writer,
+        "paced_agent_cpu_s": p_agent, "paced_agent_pct_of_core": 100 * p_agent / args.seconds,
+        "paced_agent_vs_writer_cpu": p_agent / p_writer if p_writer else None,
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -85,6 +109,9 @@ def main() -> int:
           f"{t_tot['rows']:,} rows, {result['traced_lost']} lost")
     print(f"{'agent, file filtered out':<34} {skipped:>12,.0f} {skipped / base:>12.3f}   "
           f"{s_tot['rows']:,} rows")
+    print(f"paced writer, traced: {paced:,.0f} write()/s, {p_tot['rows']:,} rows; the agent used "
+          f"{result['paced_agent_pct_of_core']:.1f}% of a core ({p_agent:.2f} s), "
+          f"{result['paced_agent_vs_writer_cpu'] or 0:.2f}x the writer's own CPU ({p_writer:.2f} s)")
     return 0
 
 
