@@ -9,6 +9,7 @@ Results go to /job/out; a failure leaves its message in /job/out/error.txt.
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -295,23 +296,54 @@ class Freeze(threading.Thread):
         self.window = [round(start - self.t_go, 3), round(time.monotonic() - self.t_go, 3)]
 
 
-def writers(spec, subdir=None, agent=None):
-    """Start the ranks together, wait for them; returns (ranks, freeze window, usage):
-    usage is the CPU and BPF time the agent (if given) and the whole guest spent
-    between the go and the last rank's exit."""
+def start_ranks(spec, target, saves=False):
+    """The rank processes, each set up and waiting for its go (with `saves`, for a save per
+    line: see writer.py)."""
     procs = {}
-    target = f"{MNT}/{CKPT}" + (f"/{subdir}" if subdir else "")
     for rank in range(spec["ranks"]):
         p = rank_params(spec, rank)
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec["ranks"]))
         procs[rank] = subprocess.Popen(
             [*CLI, VENV_PY, str(JOB / "guest/writer.py"), "--dir", target,
              "--write-size", str(p["write_size"]), "--mode", p["mode"],
-             "--file-bytes", str(int(p["file_mb"] * 2**20)), "--files", str(spec["files_per_rank"])],
+             "--file-bytes", str(int(p["file_mb"] * 2**20)), "--files", str(spec["files_per_rank"]),
+             *(["--saves"] if saves else [])],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for rank, p in procs.items():
         if p.stdout.readline().strip() != "ready":
             raise ScenarioError(f"rank {rank} failed to start (exit {p.wait()})")
+    return procs
+
+
+def save(procs, spec, label, agent=None):
+    """One save by long-lived ranks (start_ranks(saves=True)) into `label`; returns (ranks,
+    usage) as writers() does."""
+    t_go = time.monotonic()
+    usage0 = usage(agent)
+    for p in procs.values():
+        p.stdin.write(f"{label}\n")
+        p.stdin.flush()
+    deadline = t_go + spec["writer_timeout"]
+    ranks = []
+    for rank, p in procs.items():
+        if not select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            dump_hang(procs)
+            raise ScenarioError(f"writers still running after {spec['writer_timeout']} s "
+                                f"(blocked tasks and stacks in hang.txt)")
+        line = p.stdout.readline()
+        if not line:
+            raise ScenarioError(f"rank {rank} {exit_status(p.wait())}")
+        ranks.append(json.loads(line))
+    used = {k: v - usage0[k] for k, v in usage(agent).items()}
+    used["seconds"] = round(time.monotonic() - t_go, 3)
+    return ranks, used
+
+
+def writers(spec, subdir=None, agent=None):
+    """Start the ranks together, wait for them; returns (ranks, freeze window, usage):
+    usage is the CPU and BPF time the agent (if given) and the whole guest spent
+    between the go and the last rank's exit."""
+    procs = start_ranks(spec, f"{MNT}/{CKPT}" + (f"/{subdir}" if subdir else ""))
     t_go = time.monotonic()
     usage0 = usage(agent)
     freeze = None
@@ -413,14 +445,16 @@ def compare_agent(spec):
     rounds without the agent followed by as many with it (one agent start per block:
     BCC's compile costs ~25 s under TCG)."""
     rounds = []
-    _, _, used = writers(spec, "warmup")
+    # Long-lived ranks, as in training: what is measured is their saves, not their start-up.
+    procs = start_ranks(spec, f"{MNT}/{CKPT}", saves=True)
+    _, used = save(procs, spec, "warmup")
     log(f"warm-up round: {used['seconds']} s")
 
     def block(k, agent):
         time.sleep(SETTLE_S)
         for j in range(1, spec.get("compare_repeat", 1) + 1):
             label = f"{'agent' if agent else 'base'}-{k}.{j}"
-            ranks, _, used = writers(spec, label, agent)
+            ranks, used = save(procs, spec, label, agent)
             rounds.append(round_record(label, agent is not None, ranks, used))
             log(f"round {label}: {rounds[-1]['bytes_per_s'] / 2**20:.3f} MiB/s")
             time.sleep(1)
@@ -432,6 +466,9 @@ def compare_agent(spec):
         agent.wait_ready(spec["agent_start_timeout"])
         block(k, agent)
         agent.stop(spec["agent_stop_timeout"])
+    for p in procs.values():
+        p.stdin.close()
+        p.wait(timeout=60)
     shutil.copytree(CAPTURE, OUT / "capture")  # the last block's
     return rounds
 

@@ -1,7 +1,8 @@
 """One checkpoint-saving rank: writes its shard files with a given write size and mode.
 
 Protocol with the scenario runner: print "ready" once set up, wait for a line on stdin
-(so all ranks start together), write, then print one JSON line with the results.
+(so all ranks start together), write, then print one JSON line with the results. With
+--saves it stays up, as a training process does, and saves once per line on stdin.
 """
 
 import argparse
@@ -41,19 +42,29 @@ def main():
     ap.add_argument("--mode", choices=sorted(MODES), required=True)
     ap.add_argument("--file-bytes", type=int, required=True)
     ap.add_argument("--files", type=int, required=True)
+    ap.add_argument("--saves", action="store_true",
+                    help="stay up: save once per line on stdin (the line names the subdirectory)")
     a = ap.parse_args()
     rank = int(os.environ["RANK"])
-    outdir = os.path.join(a.dir, f"rank{rank:04d}")
-    os.makedirs(outdir, exist_ok=True)
     buf = mmap.mmap(-1, a.write_size)  # page-aligned, as O_DIRECT wants
     buf.write(bytes([rank % 251 + 1]) * a.write_size)
     print("ready", flush=True)
-    sys.stdin.readline()
+    if not a.saves:
+        sys.stdin.readline()
+        save(a, rank, a.dir, buf)
+        return
+    for line in sys.stdin:      # one save per line, into that subdirectory, until EOF
+        save(a, rank, os.path.join(a.dir, line.strip()), buf)
+
+
+def save(a, rank, where, buf):
+    outdir = os.path.join(where, f"rank{rank:04d}")
+    os.makedirs(outdir, exist_ok=True)
     t0 = time.monotonic()
     files = {}
     for i in range(a.files):
         path = os.path.join(outdir, f"shard{i}.bin")
-        files[os.path.relpath(path, a.dir)] = write_file(path, a.file_bytes, a.write_size, a.mode, buf)
+        files[os.path.relpath(path, where)] = write_file(path, a.file_bytes, a.write_size, a.mode, buf)
     wall = time.monotonic() - t0
     print(json.dumps({"rank": rank, "pid": os.getpid(), "wall_s": round(wall, 4),
                       "bytes": sum(files.values()), "files": files,
