@@ -26,12 +26,12 @@ from .ringbuf import RingReader, record_size
 PAGE = os.sysconf("SC_PAGE_SIZE")
 BPF_NOEXIST = 1
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
-# When to drain. Each drain has a fixed cost (~0.3 ms of Python here, 20x that under
-# emulation) that at 50 drains a second was most of the agent's CPU, so the rings are
-# drained DRAIN_EVERY, sooner when the kernel asks (a ring an eighth full, an exec:
-# RING_SUBMIT in bpf/common.h), but at most every DRAIN_MIN, and at once while a ring
-# is BUSY_FILL full.
-DRAIN_EVERY = 0.25
+# When to drain. Each drain has a fixed cost, ~0.3 ms idle and ~2 ms with every NFS
+# table to build (30x that under emulation), that at 50 drains a second was most of the
+# agent's CPU; so the rings are drained every DRAIN_EVERY s, sooner when the kernel asks
+# (a ring an eighth full, an exec: wake_flags in bpf/common.h) or a signal arrives (see
+# wake_on), but at most every DRAIN_MIN s, and at once while a ring is BUSY_FILL full.
+DRAIN_EVERY = 1.0
 DRAIN_MIN = 0.02
 BUSY_FILL = 0.05
 
@@ -171,7 +171,7 @@ class SunrpcProbes(ProbeGroup):
     name = "sunrpc"
     description = "per-RPC spans: slot wait, transmit, round trip, execute (sunrpc:* tracepoints)"
     source = "sunrpc.c"
-    rings = {"rpc_ring": (RPC_EVENT, 256), "slot_ring": (SLOT_EVENT, 256)}
+    rings = {"rpc_ring": (RPC_EVENT, 1024), "slot_ring": (SLOT_EVENT, 256)}
     required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]
@@ -306,10 +306,14 @@ class Loaded:
     def fill(self) -> float:
         return max(ring.fill() for ring in self.rings.values())
 
+    def wake_on(self, fd: int) -> None:
+        """End waits also when `fd` becomes readable (the recorder's signal pipe); the
+        caller reads it."""
+        self._epoll.register(fd, select.EPOLLIN)
+
     def wait(self, longest: float = DRAIN_EVERY) -> bool:
-        """Until the next drain is due (see DRAIN_EVERY). -> whether it is due early, at the
-        kernel's request or because a ring is filling. A signal does not cut the wait short:
-        the caller sees its flag at most `longest` s later."""
+        """Until the next drain is due (see DRAIN_EVERY). -> whether it is due early: at the
+        kernel's request, because a ring is filling, or a wake_on fd is readable."""
         if self.fill() >= BUSY_FILL:
             return True
         time.sleep(min(DRAIN_MIN, longest))

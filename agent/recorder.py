@@ -21,7 +21,8 @@ from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import Filters, KprobeGroup, NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, XprtProbes, load
+from .probes import (DRAIN_EVERY, Filters, KprobeGroup, NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, XprtProbes,
+                     load)
 from .rpc_rows import ClientNames, nfs_table, owners_table, rpc_table, slots_table, xprt_table
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
 from .tables import AGENT, LOSS, PROCS, SCHEMAS
@@ -190,8 +191,14 @@ class Recorder:
         self.identities = Identities()
         self.decoder = Decoder(registry, self.identities, loaded.ignore_fd, nfs_calls="nfs" in loaded.groups)
         self.decoder.fds.scan_proc(registry, tgids or None)
+        # A signal ends the drain loop's wait at once: Ctrl-C, SIGTERM, and (SIGCHLD) the end
+        # of the traced command. Python writes each to the pipe, which the wait polls.
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        loaded.wake_on(wake_r)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
         self.clients = ClientNames()
         self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
         deadline = time.monotonic() + opts.duration if opts.duration else None
@@ -213,7 +220,8 @@ class Recorder:
                 elif deadline and time.monotonic() >= deadline:
                     self.stop_reason = "duration reached"
                 else:
-                    loaded.wait()
+                    loaded.wait(min(DRAIN_EVERY, deadline - time.monotonic()) if deadline else DRAIN_EVERY)
+                    _empty(wake_r)
             self._drain(loaded, writer)   # what arrived before the probes go away
             self._write_blocked(loaded, writer)
             self._write_agent(loaded, writer, time.monotonic())    # the totals, however short the capture
@@ -225,8 +233,11 @@ class Recorder:
         except CaptureWriteError as exc:
             failure = str(exc)
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            os.close(wake_r)
+            os.close(wake_w)
             loaded.close()
             for name, rows in self.samplers.stop():
                 if failure is None:
@@ -371,6 +382,15 @@ class Recorder:
     def _say(self, text: str) -> None:
         if self.opts.status or text.startswith("recording"):
             print(f"slotscope: {text}", file=sys.stderr, flush=True)
+
+
+def _empty(fd: int) -> None:
+    """Read a non-blocking pipe dry."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
 
 
 def record(opts: RecordOptions, argv: list[str]) -> int:
