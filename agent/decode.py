@@ -182,7 +182,7 @@ class Decoder:
         self._drop_stale_paths()
         if not keep.any():
             return None
-        return self._table(sys[keep], fids[keep], [p for p, k in zip(path2, keep) if k])
+        return self._table(sys[keep], fids[keep], pa.array(path2, pa.string()).filter(pa.array(keep)))
 
     def _ignore_unmatched(self, sys, rows, found, since) -> None:
         for j in np.flatnonzero(found < UNKNOWN).tolist():   # named, and not a file of ours
@@ -200,7 +200,7 @@ class Decoder:
         if len(self._paths) > 100_000:
             self._paths.clear()
 
-    def _table(self, ev: np.ndarray, fids: np.ndarray, path2: list) -> pa.Table:
+    def _table(self, ev: np.ndarray, fids: np.ndarray, path2: pa.Array) -> pa.Table:
         for tgid in np.unique(ev["tgid"]).tolist():
             self.identities.want(tgid, int(ev["ts_exit"][0]))
             self.seen.add(tgid)

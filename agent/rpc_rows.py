@@ -33,13 +33,14 @@ class ClientNames:
             addr, port = fields.get("addr"), fields.get("port")
             self._names[cid] = f"{addr}:{port}" if addr and port and port != "0" else addr
 
-    def names(self, ids: np.ndarray) -> list[str | None]:
-        uniq = set(np.unique(ids).tolist())
-        if uniq - self._names.keys():
+    def names(self, ids: np.ndarray) -> pa.Array:
+        """The server of each row's client (strings; null where unknown)."""
+        uniq, rows = np.unique(ids, return_inverse=True)
+        if set(uniq.tolist()) - self._names.keys():
             self._refresh()
-            for cid in uniq - self._names.keys():
+            for cid in set(uniq.tolist()) - self._names.keys():
                 self._names[cid] = None   # not in debugfs: do not look again
-        return [self._names.get(cid) for cid in ids.tolist()]
+        return pa.array([self._names[cid] for cid in uniq.tolist()], pa.string()).take(pa.array(rows.astype(np.int32)))
 
 
 def _span(end: np.ndarray, start: np.ndarray, fallback: np.ndarray) -> np.ndarray:
@@ -57,15 +58,15 @@ def rpc_table(ev: np.ndarray, clients: ClientNames, now_ns: int) -> pa.Table:
         "rtt_ns": ev["rtt_us"].astype(np.int64) * 1000,
         "execute_ns": ev["execute_us"].astype(np.int64) * 1000,
         "age_ns": np.where(ev["complete"] == 0, now_ns - ev["ts_begin"], 0),
-        "server": clients.names(ev["client_id"]),
     }
+    cols["server"] = clients.names(ev["client_id"])
     arrays = [cols[f.name] if f.name in cols else pa.array(derived[f.name], f.type) for f in RPC]
     return pa.Table.from_arrays(arrays, schema=RPC)
 
 
 def _with_server(layout, schema: pa.Schema, ev: np.ndarray, clients: ClientNames) -> pa.Table:
     cols = layout.to_arrow(ev)
-    cols["server"] = pa.array(clients.names(ev["client_id"]), pa.string())
+    cols["server"] = clients.names(ev["client_id"])
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
@@ -79,7 +80,8 @@ def xprt_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:
 
 def nfs_table(ev: np.ndarray) -> pa.Table:
     cols = NFS_EVENT.to_arrow(ev)
-    cols["kind"] = pa.array([NFS_KINDS.get(k, "?") for k in ev["kind"].tolist()], pa.string())
+    kinds = pa.array([NFS_KINDS.get(k, "?") for k in range(int(ev["kind"].max(initial=0)) + 1)], pa.string())
+    cols["kind"] = kinds.take(pa.array(ev["kind"].astype(np.int32)))
     return pa.Table.from_arrays([cols[f.name] for f in NFS_IO], schema=NFS_IO)
 
 
