@@ -63,9 +63,10 @@ class Layout:
         cols = {}
         for fname, ctype in self.fields:
             col = records[fname]
-            if _ARRAY.match(ctype):
-                cols[fname] = pa.array([bytes(v).split(b"\0", 1)[0].decode("utf-8", "replace") for v in col],
-                                       pa.string())
+            if _ARRAY.match(ctype):   # C strings: decoded per distinct value (procedure names are few)
+                uniq, rows = np.unique(col, return_inverse=True)
+                text = [v.split(b"\0", 1)[0].decode("utf-8", "replace") for v in uniq.tolist()]
+                cols[fname] = pa.array(text, pa.string()).take(pa.array(rows.astype(np.int32)))
             else:
                 cols[fname] = pa.array(np.ascontiguousarray(col), self.arrow_type(fname))
         return cols
