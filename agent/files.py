@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from .layouts import per_value
 from .mounts import NFS_TYPES, MountTable
 
 AT_FDCWD = -100
@@ -226,14 +227,11 @@ class FileRegistry:
         return cwd
 
     def columns(self, fids: np.ndarray) -> dict[str, pa.Array]:
-        """path, dev, ino, fstype for an array of file ids (UNKNOWN -> nulls). Built per
-        distinct file, then taken per row: a batch's rows name few files."""
-        uniq, rows = np.unique(fids, return_inverse=True)
-        infos = [self.files[fid] if fid >= 0 else None for fid in uniq.tolist()]
-        rows = pa.array(rows.astype(np.int32))
-        return {attr: pa.array([getattr(i, attr) if i else None for i in infos], kind).take(rows)
-                for attr, kind in (("path", pa.string()), ("dev", pa.uint64()), ("ino", pa.uint64()),
-                                   ("fstype", pa.string()))}
+        """path, dev, ino, fstype for an array of file ids (UNKNOWN -> nulls)."""
+        def column(attr, kind):
+            return per_value(fids, lambda fid: getattr(self.files[fid], attr) if fid >= 0 else None, kind)
+        return {attr: column(attr, kind) for attr, kind in (("path", pa.string()), ("dev", pa.uint64()),
+                                                             ("ino", pa.uint64()), ("fstype", pa.string()))}
 
 
 class FdTable:

@@ -63,10 +63,8 @@ class Layout:
         cols = {}
         for fname, ctype in self.fields:
             col = records[fname]
-            if _ARRAY.match(ctype):   # C strings: decoded per distinct value (procedure names are few)
-                uniq, rows = np.unique(col, return_inverse=True)
-                text = [v.split(b"\0", 1)[0].decode("utf-8", "replace") for v in uniq.tolist()]
-                cols[fname] = pa.array(text, pa.string()).take(pa.array(rows.astype(np.int32)))
+            if _ARRAY.match(ctype):   # C strings (procedure names are few)
+                cols[fname] = per_value(col, lambda v: v.split(b"\0", 1)[0].decode("utf-8", "replace"), pa.string())
             else:
                 cols[fname] = pa.array(np.ascontiguousarray(col), self.arrow_type(fname))
         return cols
@@ -274,6 +272,14 @@ LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_
 
 
 LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)
+
+
+def per_value(values: np.ndarray, fn, kind: pa.DataType) -> pa.Array:
+    """fn(v) for each of `values`, computed once per distinct value: a batch of events
+    repeats few (files, servers, procedure names), and a Python call per row was most of
+    the agent's decoding."""
+    uniq, rows = np.unique(values, return_inverse=True)
+    return pa.array([fn(v) for v in uniq.tolist()], kind).take(pa.array(rows.astype(np.int32)))
 
 
 # Every probe group's rings, numbered for the kernel's wakeup counters (bpf/common.h).

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT
+from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT, per_value
 from .tables import NFS_IO, OWNERS, RPC, SLOTS, XPRT
 
 DEBUGFS_CLIENTS = "/sys/kernel/debug/sunrpc/rpc_clnt"
@@ -35,12 +35,12 @@ class ClientNames:
 
     def names(self, ids: np.ndarray) -> pa.Array:
         """The server of each row's client (strings; null where unknown)."""
-        uniq, rows = np.unique(ids, return_inverse=True)
-        if set(uniq.tolist()) - self._names.keys():
+        new = set(np.unique(ids).tolist()) - self._names.keys()
+        if new:
             self._refresh()
-            for cid in set(uniq.tolist()) - self._names.keys():
+            for cid in new - self._names.keys():
                 self._names[cid] = None   # not in debugfs: do not look again
-        return pa.array([self._names[cid] for cid in uniq.tolist()], pa.string()).take(pa.array(rows.astype(np.int32)))
+        return per_value(ids, self._names.__getitem__, pa.string())
 
 
 def _span(end: np.ndarray, start: np.ndarray, fallback: np.ndarray) -> np.ndarray:
@@ -80,8 +80,7 @@ def xprt_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:
 
 def nfs_table(ev: np.ndarray) -> pa.Table:
     cols = NFS_EVENT.to_arrow(ev)
-    kinds = pa.array([NFS_KINDS.get(k, "?") for k in range(int(ev["kind"].max(initial=0)) + 1)], pa.string())
-    cols["kind"] = kinds.take(pa.array(ev["kind"].astype(np.int32)))
+    cols["kind"] = per_value(ev["kind"], lambda k: NFS_KINDS.get(k, "?"), pa.string())
     return pa.Table.from_arrays([cols[f.name] for f in NFS_IO], schema=NFS_IO)
 
 
