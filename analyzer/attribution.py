@@ -79,8 +79,19 @@ def writers(calls: pa.Table, sc: pa.Table) -> pa.Table:
 def last_writer(left: pa.Table, wr: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """For each row of `left` (row, keys..., t): the writer of the last row of `wr` (writer,
     keys..., t) with the same keys at or before t. -> (rows, writers) of the rows that have
-    one. (An as-of join: key values numbered, times ranked among the writers' times, one
-    searchsorted.)"""
+    one. Keys with one writer row (a rank's own file) are a plain join; the others an as-of
+    join (key values numbered, times ranked among the writers' times, one searchsorted)."""
+    counts = wr.group_by(keys).aggregate([("t", "count")])
+    single = counts.filter(pc.equal(counts["t_count"], 1)).select(keys)
+    one = left.join(wr.join(single, keys, join_type="left semi").rename_columns({"t": "t_written"}), keys)
+    one = one.filter(pc.greater_equal(one["t"], one["t_written"]))
+    rows, found = _as_of(left, wr.join(single, keys, join_type="left anti"), keys)
+    return np.concatenate([one["row"].to_numpy(), rows]), np.concatenate([one["writer"].to_numpy(), found])
+
+
+def _as_of(left: pa.Table, wr: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    if wr.num_rows == 0:
+        return np.empty(0, np.int64), np.empty(0, np.uint32)     # (rows, tgids)
     ids = wr.group_by(keys).aggregate([])
     ids = ids.append_column("k", pa.array(np.arange(ids.num_rows, dtype=np.int64)))
     w = wr.join(ids, keys).sort_by([("k", "ascending"), ("t", "ascending")])

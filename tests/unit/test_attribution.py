@@ -2,6 +2,7 @@
 writeback charged to the file's last writer), or unknown."""
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from unit_helpers import meta, proc, procs_table, sc, syscall_table
@@ -9,7 +10,7 @@ from unit_helpers import meta, proc, procs_table, sc, syscall_table
 from slotscope.agent.capture_writer import CaptureWriter
 from slotscope.agent.tables import OWNERS, RPC, SCHEMAS
 from slotscope.analyzer.analysis import analyze
-from slotscope.analyzer.attribution import attributed_rpcs, kernel_dev
+from slotscope.analyzer.attribution import attributed_rpcs, kernel_dev, last_writer
 from slotscope.analyzer.job import Job
 
 pytestmark = pytest.mark.unit
@@ -113,3 +114,28 @@ def test_lock_context_then_open_file_win_over_the_inode(tmp_path):
     t = attributed_rpcs(Job.open([path])).to_pylist()
     assert [(r["attributed_tgid"], r["attribution"]) for r in t] == [
         (100, "lock_context"), (100, "open_file"), (200, "inode"), (300, "lock_context")]
+
+
+def test_last_writer_matches_a_brute_force_search_with_one_and_many_writers_per_file():
+    """Files with one writer take the join, shared ones the as-of search: both must agree
+    with the definition (the last write at or before the RPC)."""
+    rng = np.random.default_rng(7)
+    wr = pa.table({"writer": pa.array(rng.integers(1, 9, 300), pa.uint32()),
+                   "ino": pa.array(rng.integers(0, 40, 300), pa.uint64()),   # some files once, some often
+                   "t": pa.array(rng.integers(0, 1000, 300), pa.int64())})
+    wr = pa.concat_tables([wr, pa.table({"writer": pa.array([3], pa.uint32()), "ino": pa.array([99], pa.uint64()),
+                                         "t": pa.array([500], pa.int64())})])
+    left = pa.table({"row": pa.array(np.arange(500)), "ino": pa.array(rng.integers(0, 101, 500), pa.uint64()),
+                     "t": pa.array(rng.integers(0, 1100, 500), pa.int64())})
+    rows, found = last_writer(left, wr, ["ino"])
+    got = dict(zip(rows.tolist(), found.tolist()))
+    w = wr.to_pylist()
+    want = {}
+    for q in left.to_pylist():
+        before = [x for x in w if x["ino"] == q["ino"] and x["t"] <= q["t"]]
+        if before:
+            last = max(x["t"] for x in before)
+            want[q["row"]] = {x["writer"] for x in before if x["t"] == last}
+    assert got.keys() == want.keys() and any(len(v) == 1 for v in want.values())
+    assert all(got[r] in want[r] for r in want)
+    assert got.get(int(np.flatnonzero((left["ino"].to_numpy() == 99) & (left["t"].to_numpy() >= 500))[0])) == 3
