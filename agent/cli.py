@@ -33,8 +33,10 @@ def _doctor(args) -> int:
 
 
 def _open_job(paths):
+    from slotscope.analyzer.allocator import use_system_allocator
     from slotscope.analyzer.capture import CaptureError
     from slotscope.analyzer.job import Job
+    use_system_allocator()
     try:
         return Job.open(paths)
     except CaptureError as exc:

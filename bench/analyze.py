@@ -152,9 +152,15 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+# pyarrow's own allocator, for pandas: `slotscope analyze` switches to malloc (analyzer/allocator.py)
+PYARROW_POOL = pa.default_memory_pool()
+
+
 def run_slotscope(path: str) -> tuple[float, float, dict]:
+    from slotscope.analyzer.allocator import use_system_allocator
     from slotscope.analyzer.analysis import analyze
     from slotscope.analyzer.job import Job
+    use_system_allocator()      # as the command does
     t, c = time.perf_counter(), cpu()
     result = analyze(Job.open([path]), "bench")
     return time.perf_counter() - t, cpu() - c, result
@@ -169,6 +175,8 @@ def run_pandas(path: str) -> tuple[float, float, tuple]:
     import glob
 
     import pandas as pd
+
+    pa.set_memory_pool(PYARROW_POOL)
 
     def read(table: str) -> pd.DataFrame:
         frames = []

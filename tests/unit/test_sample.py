@@ -29,3 +29,19 @@ def test_sample_analysis_is_the_storm_it_claims():
         assert r["syscalls"]["write"]["count"] == 128
     meta = out["captures"][0]
     assert meta["lost_events"] == 0 and meta["kernel"].startswith("6.1")
+
+
+def test_analyze_gives_arrow_the_system_allocator(capsys):
+    """bench/analyze.py measures the analysis with the allocator the command chooses
+    (analyzer/allocator.py); this keeps the two the same."""
+    import pyarrow as pa
+
+    from slotscope.agent.cli import main
+    from slotscope.agent.demo import sample_path
+    before = pa.default_memory_pool()
+    try:
+        assert main(["analyze", "--json", sample_path()]) == 0
+        assert pa.default_memory_pool().backend_name == "system"
+    finally:
+        pa.set_memory_pool(before)
+    assert json.loads(capsys.readouterr().out)["verdict"] == "slot_saturation"
