@@ -18,7 +18,7 @@ from .capture_writer import CaptureWriteError, CaptureWriter
 from .decode import Decoder
 from .files import FileFilter, FileRegistry
 from .identity import READ_TIMEOUT, Identities
-from .layouts import LOSS_COUNTERS
+from .layouts import LOSS_COUNTERS, warm_up
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
 from .probes import (DRAIN_EVERY, Filters, KprobeGroup, NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, XprtProbes,
@@ -205,8 +205,9 @@ class Recorder:
         exit_code = 0
         failure = stopped = None
         try:
-            # One drain before saying "recording": the first one pays pyarrow's and numpy's
-            # lazy start-up (seconds under emulation), which must not open a gap in the samples.
+            # Before saying "recording": pyarrow's and numpy's lazy start-up (seconds under
+            # emulation) must not open a gap in the samples or slow the first save traced.
+            warm_up()
             self._drain(loaded, writer)
             if proc is not None:
                 proc.release()

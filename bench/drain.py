@@ -255,6 +255,7 @@ class Slotscope:
     name, label = "slotscope", "slotscope: bulk ring read + Arrow"
 
     def __init__(self, pid: int, poll_ms: float | None = None):
+        from slotscope.agent.layouts import warm_up
         from slotscope.agent.probes import Filters, SyscallProbes, load
         probes = SyscallProbes()
         reason = probes.can_run()
@@ -263,9 +264,7 @@ class Slotscope:
         self.pid = pid
         self.poll = DRAIN_EVERY if poll_ms is None else poll_ms / 1000
         self.loaded = load([probes], Filters(tgids=[pid]))
-        # As the recorder's first drain: pyarrow's lazy start-up (~0.15 s) is not a drain's cost.
-        for ring in self.loaded.rings.values():
-            ring.layout.to_arrow(np.zeros(1, ring.layout.dtype))
+        warm_up()    # as the recorder does: pyarrow's lazy start-up (~0.15 s) is not a drain's cost
         self.received = self.bytes = self.other = self.batches = 0
         self.max_fill = 0.0
 
