@@ -145,7 +145,8 @@ class TableWriter:
             self._segment_rows = 0
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
-        table = table.cast(self.schema)
+        if not table.schema.equals(self.schema):    # a cast per column costs even when types match
+            table = table.cast(self.schema)
         try:
             self._writer.write_table(table)
         except pa.ArrowInvalid:
