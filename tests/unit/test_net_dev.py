@@ -1,4 +1,5 @@
-"""The link counters the agent samples, parsed from /proc/net/dev."""
+"""The link counters the agent samples, parsed from /proc/net/dev, and how sampled rows reach the
+capture (a table per kind and drain)."""
 import pytest
 
 from slotscope.agent.samplers import net_dev_counters
@@ -25,3 +26,21 @@ def test_each_interface_gets_its_receive_and_transmit_bytes_and_packets():
 
 def test_the_headers_and_a_short_line_are_not_interfaces():
     assert net_dev_counters(NET_DEV.splitlines()[0] + "\n" + NET_DEV.splitlines()[1] + "\n  bad: 1 2\n") == {}
+
+
+def test_sampled_rows_reach_the_capture_as_one_table_per_kind_and_drain():
+    from slotscope.agent.samplers import SamplerThread
+    from slotscope.agent.tables import KMSG, NETDEV
+    thread = SamplerThread({})
+    try:
+        row = {"ts": 1, "iface": "eth0", "server": "10.0.0.1", "speed_bps": None, "tx_bytes": 5, "rx_bytes": 6,
+               "tx_packets": 1, "rx_packets": 2}
+        for ts in (1, 2, 3):
+            thread.out.put(("netdev", [dict(row, ts=ts)]))
+        thread.out.put(("kmsg", [{"ts": 9, "level": 3, "message": "nfs: server 10.0.0.1 not responding"}]))
+        got = dict(thread.drain())
+        assert got["netdev"].schema == NETDEV and got["netdev"]["ts"].to_pylist() == [1, 2, 3]
+        assert got["kmsg"].schema == KMSG and got["kmsg"].num_rows == 1
+        assert thread.drain() == []
+    finally:
+        thread.stop()
