@@ -13,6 +13,7 @@ none takes the locks a process in D state may hold.
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -238,7 +239,9 @@ class FdTable:
     """(tgid, fd) -> [(since_ns, file id)], oldest first. since 0 = open before recording."""
 
     def __init__(self):
-        self.history: dict[int, list[tuple[int, int]]] = {}
+        # A deque: an fd opened and closed 50,000 times a second keeps 250,000 entries of
+        # history, and a list's pop(0) made each set() cost 9 µs instead of 0.6.
+        self.history: dict[int, deque[tuple[int, int]]] = {}
         self._keys_of: dict[int, set[int]] = {}   # tgid -> its keys, for fork and exit
         self.cloexec: set[int] = set()              # keys whose current fd closes at exec
 
@@ -253,12 +256,12 @@ class FdTable:
             self.cloexec.discard(key)
         hist = self.history.get(key)
         if hist is None:
-            hist = self.history[key] = []
+            hist = self.history[key] = deque()
             self._keys_of.setdefault(key >> 32, set()).add(key)
         hist.append((since, fid))
         cutoff = since - int(HISTORY_SECONDS * 1e9)
         while len(hist) > 1 and hist[1][0] < cutoff:
-            hist.pop(0)
+            hist.popleft()
 
     def at(self, key: int, t: int) -> tuple[int, int] | None:
         """(since, file id) of the mapping in force at time t, or None if unknown."""
