@@ -171,12 +171,13 @@ def test_after_warm_up_decoding_imports_nothing_more():
 import sys
 import numpy as np
 from slotscope.agent.layouts import LAYOUTS, warm_up
+rng = np.random.default_rng(1)
+records = [np.frombuffer(rng.bytes(layout.dtype.itemsize * 50), layout.dtype) for layout in LAYOUTS]
 if sys.argv[1] == "warm":
     warm_up()
 before = set(sys.modules)
-rng = np.random.default_rng(1)
-for layout in LAYOUTS:
-    layout.to_arrow(np.frombuffer(rng.bytes(layout.dtype.itemsize * 50), layout.dtype))
+for layout, recs in zip(LAYOUTS, records):
+    layout.to_arrow(recs)
 print(" ".join(sorted(set(sys.modules) - before)))
 """
     cold, warm = (subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, check=True).stdout.split()
