@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .layouts import per_value
+from .layouts import Distinct
 from .mounts import NFS_TYPES, MountTable
 
 AT_FDCWD = -100
@@ -229,8 +229,10 @@ class FileRegistry:
 
     def columns(self, fids: np.ndarray) -> dict[str, pa.Array]:
         """path, dev, ino, fstype for an array of file ids (UNKNOWN -> nulls)."""
+        distinct = Distinct(fids)
+
         def column(attr, kind):
-            return per_value(fids, lambda fid: getattr(self.files[fid], attr) if fid >= 0 else None, kind)
+            return distinct.map(lambda fid: getattr(self.files[fid], attr) if fid >= 0 else None, kind)
         return {attr: column(attr, kind) for attr, kind in (("path", pa.string()), ("dev", pa.uint64()),
                                                              ("ino", pa.uint64()), ("fstype", pa.string()))}
 

@@ -58,16 +58,26 @@ class Layout:
         ctype = dict(self.fields)[fname]
         return pa.string() if _ARRAY.match(ctype) else _SCALARS[ctype][1]
 
+    @cached_property
+    def _struct_type(self) -> pa.StructType:
+        """The record as Arrow sees it (padding left out): C strings as fixed-size binary."""
+        return pa.struct([(fname, pa.binary(int(_ARRAY.match(ctype).group(1))) if _ARRAY.match(ctype)
+                           else self.arrow_type(fname)) for fname, ctype in self.fields if not fname.startswith("_")])
+
     def to_arrow(self, records: np.ndarray) -> dict[str, pa.Array]:
-        """Columns of a decoded record array, zero-copy for scalars."""
-        cols = {}
+        """Columns of a decoded record array (padding fields left out), in one conversion:
+        column by column it cost a Python round per field and drain, most of the agent's
+        decoding when a batch holds few events."""
+        batch = pa.RecordBatch.from_struct_array(pa.array(records, type=self._struct_type))
+        cols = dict(zip(batch.schema.names, batch.columns))
         for fname, ctype in self.fields:
-            col = records[fname]
-            if _ARRAY.match(ctype):   # C strings (procedure names are few)
-                cols[fname] = per_value(col, lambda v: v.split(b"\0", 1)[0].decode("utf-8", "replace"), pa.string())
-            else:
-                cols[fname] = pa.array(np.ascontiguousarray(col), self.arrow_type(fname))
+            if _ARRAY.match(ctype) and fname in cols:   # C strings (procedure names are few)
+                cols[fname] = per_value(cols[fname], _c_string, pa.string())
         return cols
+
+
+def _c_string(v: bytes) -> str:
+    return v.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 # One row per traced syscall, emitted at sys_exit. ts_* are bpf_ktime_get_ns().
@@ -274,12 +284,24 @@ LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_
 LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)
 
 
-def per_value(values: np.ndarray, fn, kind: pa.DataType) -> pa.Array:
-    """fn(v) for each of `values`, computed once per distinct value: a batch of events
-    repeats few (files, servers, procedure names), and a Python call per row was most of
-    the agent's decoding."""
-    uniq, rows = np.unique(values, return_inverse=True)
-    return pa.array([fn(v) for v in uniq.tolist()], kind).take(pa.array(rows.astype(np.int32)))
+class Distinct:
+    """The distinct values of an array, and which one each row holds (a hash, not a sort).
+    A batch of events repeats few values (files, servers, procedure names): anything
+    computed in Python is computed once per distinct value, not once per row."""
+
+    def __init__(self, values: np.ndarray | pa.Array):
+        encoded = (values if isinstance(values, pa.Array) else pa.array(values)).dictionary_encode()
+        self.values = encoded.dictionary.to_pylist()
+        self._rows = encoded.indices
+
+    def map(self, fn, kind: pa.DataType) -> pa.Array:
+        """fn(v) for every row's value."""
+        return pa.array([fn(v) for v in self.values], kind).take(self._rows)
+
+
+def per_value(values: np.ndarray | pa.Array, fn, kind: pa.DataType) -> pa.Array:
+    """fn(v) for each of `values`, computed once per distinct value."""
+    return Distinct(values).map(fn, kind)
 
 
 def warm_up() -> None:

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT, per_value
+from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT, Distinct, per_value
 from .tables import NFS_IO, OWNERS, RPC, SLOTS, XPRT
 
 DEBUGFS_CLIENTS = "/sys/kernel/debug/sunrpc/rpc_clnt"
@@ -35,12 +35,13 @@ class ClientNames:
 
     def names(self, ids: np.ndarray) -> pa.Array:
         """The server of each row's client (strings; null where unknown)."""
-        new = set(np.unique(ids).tolist()) - self._names.keys()
+        distinct = Distinct(ids)
+        new = set(distinct.values) - self._names.keys()
         if new:
             self._refresh()
             for cid in new - self._names.keys():
                 self._names[cid] = None   # not in debugfs: do not look again
-        return per_value(ids, self._names.__getitem__, pa.string())
+        return distinct.map(self._names.__getitem__, pa.string())
 
 
 def _span(end: np.ndarray, start: np.ndarray, fallback: np.ndarray) -> np.ndarray:
