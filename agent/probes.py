@@ -171,7 +171,10 @@ class SunrpcProbes(ProbeGroup):
     name = "sunrpc"
     description = "per-RPC spans: slot wait, transmit, round trip, execute (sunrpc:* tracepoints)"
     source = "sunrpc.c"
-    rings = {"rpc_ring": (RPC_EVENT, 1024), "slot_ring": (SLOT_EVENT, 256)}
+    # Big enough that the wakeup an eighth of a ring forces (bpf/common.h) comes after
+    # seconds of a busy transport's events, not within the drain period: each forced
+    # wakeup is one more drain, as costly as the regular one.
+    rings = {"rpc_ring": (RPC_EVENT, 1024), "slot_ring": (SLOT_EVENT, 1024)}
     required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]
@@ -192,7 +195,7 @@ class NfsProbes(ProbeGroup):
     name = "nfs"
     description = "WRITE/COMMIT/READ sizes, offsets and stability (nfs:* tracepoints)"
     source = "nfs.c"
-    rings = {"nfs_ring": (NFS_EVENT, 256)}
+    rings = {"nfs_ring": (NFS_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
     required = [("nfs", ev) for ev in ("nfs_initiate_write", "nfs_writeback_done",
                                        "nfs_initiate_commit", "nfs_commit_done")]
     optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"),
@@ -243,7 +246,7 @@ class XprtProbes(KprobeGroup):
     description = ("each transport's slot counters (num_reqs, max_reqs, queues) and which one each RPC "
                    "used (kprobes on xprt_reserve, xprt_free_slot)")
     source = "xprt.c"
-    rings = {"xprt_ring": (XPRT_EVENT, 256)}
+    rings = {"xprt_ring": (XPRT_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
     module = "sunrpc"
     functions = ("xprt_reserve", "xprt_free_slot")
 
