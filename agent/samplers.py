@@ -62,6 +62,8 @@ class NetdevSampler:
         self.ipr = IPRoute()
         self.routes: dict[str, tuple[str, int | None]] = {}   # server -> (interface, speed)
         self._last = self._routed = 0.0
+        # Kept open: a pread from 0 regenerates the file, a third of the cost of opening it.
+        self._net_dev = os.open("/proc/net/dev", os.O_RDONLY | os.O_CLOEXEC)
 
     def _reroute(self) -> None:
         self.routes = {}
@@ -87,8 +89,7 @@ class NetdevSampler:
         if not self.routes:
             return []
         ts = _monotonic_ns()
-        with open("/proc/net/dev") as f:
-            counters = net_dev_counters(f.read())
+        counters = net_dev_counters(_pread_all(self._net_dev).decode(errors="replace"))
         rows = []
         for server, (name, speed) in self.routes.items():
             if name not in counters:
@@ -101,6 +102,14 @@ class NetdevSampler:
 
     def close(self) -> None:
         self.ipr.close()
+        os.close(self._net_dev)
+
+
+def _pread_all(fd: int, chunk: int = 65536) -> bytes:
+    parts = [os.pread(fd, chunk, 0)]
+    while len(parts[-1]) == chunk:
+        parts.append(os.pread(fd, chunk, chunk * len(parts)))
+    return b"".join(parts)
 
 
 def _speed_bps(iface: str) -> int | None:

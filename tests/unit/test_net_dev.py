@@ -44,3 +44,27 @@ def test_sampled_rows_reach_the_capture_as_one_table_per_kind_and_drain():
         assert thread.drain() == []
     finally:
         thread.stop()
+
+
+def test_each_sample_reads_the_counters_afresh():
+    """The sampler keeps /proc/net/dev open and re-reads it from the start: a packet sent
+    between two samples shows in the second. Also reads past its first chunk."""
+    import socket
+
+    from slotscope.agent.samplers import NetdevSampler, _pread_all
+    sampler = NetdevSampler()
+    try:
+        sampler.routes = {"127.0.0.1": ("lo", None)}
+        sampler._routed = float("inf")            # keep the route set above
+        first = sampler.sample()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"x" * 1000, ("127.0.0.1", 9))
+        sampler._last = 0.0                       # the next sample is due now
+        second = sampler.sample()
+        assert [r["iface"] for r in first] == ["lo"] == [r["iface"] for r in second]
+        assert second[0]["tx_bytes"] >= first[0]["tx_bytes"] + 1000
+        assert second[0]["tx_packets"] > first[0]["tx_packets"]
+        whole = _pread_all(sampler._net_dev)
+        assert _pread_all(sampler._net_dev, chunk=7).split(b"\n")[:2] == whole.split(b"\n")[:2]
+    finally:
+        sampler.close()
