@@ -16,8 +16,7 @@ def _record(args) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
                          pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
-                         group_readable=args.group_readable, status=not args.quiet,
-                         nice=args.nice)
+                         group_readable=args.group_readable, status=not args.quiet)
     if args.tui:
         from slotscope.tui.live import record_with_tui
         return record_with_tui(opts, sys.argv)
@@ -180,9 +179,6 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cgroup", metavar="PATH", help="only tasks in this cgroup v2 directory (and below)")
     r.add_argument("--force", action="store_true", help="write into an existing non-empty directory")
     r.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
-    r.add_argument("--nice", type=int, default=10, choices=range(20), metavar="N",
-                   help="run the agent at CPU niceness N (default 10, 0..19): the traced job preempts it; "
-                        "the command it runs keeps yours")
     r.add_argument("-q", "--quiet", action="store_true", help="no status line")
     r.add_argument("--tui", action="store_true",
                    help="watch the capture in the terminal UI while it records (q or Ctrl-C stops both)")

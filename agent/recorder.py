@@ -50,7 +50,6 @@ class RecordOptions:
     force: bool = False
     group_readable: bool = False
     status: bool = True
-    nice: int = 10                  # the agent's CPU niceness (never lowered below the caller's)
 
     def file_filter(self) -> FileFilter:
         fs = self.fs or ("any" if self.paths else "nfs")
@@ -64,17 +63,6 @@ def _probe_of(counter: str) -> str:
 
 def _monotonic_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-def _lower_priority(nice: int) -> None:
-    """The agent's work can wait a few milliseconds (the rings buffer it); the traced job's
-    cannot. At a higher niceness a woken rank, rpciod or nfsd preempts the drain at once
-    instead of waiting for a vCPU: under emulation, where a drain burst held a CPU for
-    hundreds of ms, this was most of the agent's cost to a save. Threads started from here
-    on inherit it (Linux niceness is per thread)."""
-    current = os.getpriority(os.PRIO_PROCESS, 0)
-    if nice > current:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
 def _refuse_traced_output(opts: RecordOptions, file_filter: FileFilter) -> None:
@@ -174,7 +162,6 @@ class Recorder:
                 raise RecordError(f"--pid {pid}: no such process")
 
         proc = HeldCommand(opts.command) if opts.command else None
-        _lower_priority(opts.nice)   # after the fork: the traced command keeps the caller's
         tgids = list(opts.pids) + ([proc.pid] if proc else [])
         try:
             writer = CaptureWriter(opts.output, SCHEMAS, opts.force, opts.group_readable)
