@@ -9,7 +9,7 @@ import pytest
 
 from vmrig import mountstats
 from vmrig.image import REPO
-from vmrig.vm import VMTimeout, run_vm
+from vmrig.vm import VMTimeout, crashed_before_job, run_vm
 
 VM_DIR = Path(__file__).resolve().parent
 MiB = 2**20
@@ -89,3 +89,18 @@ def test_run_scenario_reports_timeout(vm_image, tmp_path):
     p = run_scenario(tmp_path / "s", "--no-agent", "--timeout", "15")
     assert p.returncode == 1
     assert "15.0 s timeout" in p.stderr and "Console" in p.stderr
+
+
+def test_only_a_crash_before_the_job_is_booted_again(tmp_path):
+    """A kernel that oopsed while booting (seen under TCG with 6.12) ran nothing of the job:
+    run_vm boots once more. A panic after the job started is the job's failure, not retried."""
+    console = tmp_path / "console.log"
+    assert not crashed_before_job(console)                       # no console at all
+    console.write_text("[ 2.03] Oops: int3: 0000 [#2] PREEMPT SMP NOPTI\n"
+                       "[ 2.03] Kernel panic - not syncing: Fatal exception in interrupt\n")
+    assert crashed_before_job(console)
+    console.write_text("vminit: running /job/job (uptime 3.1s)\n"
+                       "[ 9.50] Kernel panic - not syncing: hung_task: blocked tasks\n")
+    assert not crashed_before_job(console)
+    console.write_text("vminit: up, kernel 6.12.95+deb12-amd64 (uptime 2.9s)\n")
+    assert not crashed_before_job(console)                       # no panic: the job's own trouble

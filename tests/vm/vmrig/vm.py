@@ -17,6 +17,7 @@ from .image import CACHE_ROOT, Image
 MEMORY_MB = 1536
 CPUS = 2
 CONSOLE_TAIL = 40
+BOOT_ATTEMPTS = 2   # a second boot only after a kernel crash before the job (crashed_before_job)
 
 
 class VMError(RuntimeError):
@@ -106,20 +107,38 @@ def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print
     (job_dir / "rc").unlink(missing_ok=True)
     accel = choose_accel(image, kernel)
     cmd = qemu_command(image, kernel, accel, console, [Share("job", job_dir), *shares])
-    log(f"booting kernel {kernel} ({accel}), timeout {timeout} s, console {console}")
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise VMTimeout(f"VM still running after the {timeout} s timeout; killed it. "
-                        f"Console {console}, last lines:\n{console_tail(console)}") from None
-    seconds = round(time.monotonic() - t0, 1)
-    rc_file = job_dir / "rc"
-    if proc.returncode != 0 or not rc_file.exists():
+    for attempt in range(1, BOOT_ATTEMPTS + 1):
+        log(f"booting kernel {kernel} ({accel}), timeout {timeout} s, console {console}")
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise VMTimeout(f"VM still running after the {timeout} s timeout; killed it. "
+                            f"Console {console}, last lines:\n{console_tail(console)}") from None
+        seconds = round(time.monotonic() - t0, 1)
+        rc_file = job_dir / "rc"
+        if proc.returncode == 0 and rc_file.exists():
+            return Result(rc=int(rc_file.read_text().strip() or 255), seconds=seconds, accel=accel)
+        if attempt < BOOT_ATTEMPTS and crashed_before_job(console):
+            kept = Path(f"{console}.crashed")
+            Path(console).replace(kept)
+            log(f"the guest kernel crashed while booting, before the job started (console kept in {kept}); "
+                f"booting again")
+            continue
         raise VMError(f"VM ended without a job status (qemu exit {proc.returncode}) after {seconds} s."
                       f"\nqemu: {out.strip()}\nConsole {console}, last lines:\n{console_tail(console)}")
-    return Result(rc=int(rc_file.read_text().strip() or 255), seconds=seconds, accel=accel)
+
+
+def crashed_before_job(console) -> bool:
+    """The guest kernel died before PID 1 started the job. Under TCG a 6.12 kernel
+    occasionally oopses on an int3 while it patches its own code at boot: nothing of the
+    job ran, so booting again is safe."""
+    try:
+        text = Path(console).read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+    return "Kernel panic" in text and "vminit: running /job/job" not in text
