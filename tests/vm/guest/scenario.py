@@ -442,8 +442,12 @@ SETTLE_S = 3  # after the agent's start (its start-up work, reading /proc, is ov
 def compare_agent(spec):
     """The same writers without and with the agent, each round into its own directory:
     a warm-up round (not measured), then `compare_agent` blocks of `compare_repeat`
-    rounds without the agent followed by as many with it (one agent start per block:
-    BCC's compile costs ~25 s under TCG)."""
+    rounds without the agent followed by as many with it, and a last block without it,
+    so that every agent block has a baseline on either side (the emulated machine's
+    speed drifts). One agent start per block (BCC's compile costs ~25 s under TCG), then
+    an unmeasured save with it: the agent learns of the ranks, which started before it,
+    at their first NFS write (their identities read from /proc, their fds named), as it
+    would at their start had it been running already."""
     rounds = []
     # Long-lived ranks, as in training: what is measured is their saves, not their start-up.
     procs = start_ranks(spec, f"{MNT}/{CKPT}", saves=True)
@@ -464,12 +468,15 @@ def compare_agent(spec):
         shutil.rmtree(CAPTURE, ignore_errors=True)
         agent = Agent(spec)
         agent.wait_ready(spec["agent_start_timeout"])
+        _, used = save(procs, spec, f"agent-{k}.warmup", agent)
+        log(f"agent warm-up round: {used['seconds']} s")
         block(k, agent)
         agent.stop(spec["agent_stop_timeout"])
+    block(spec["compare_agent"] + 1, None)
     for p in procs.values():
         p.stdin.close()
         p.wait(timeout=60)
-    shutil.copytree(CAPTURE, OUT / "capture")  # the last block's
+    shutil.copytree(CAPTURE, OUT / "capture")  # the last agent block's
     return rounds
 
 

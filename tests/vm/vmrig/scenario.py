@@ -75,8 +75,8 @@ def parser():
     ap.add_argument("--no-agent", action="store_true", help="run without the agent")
     ap.add_argument("--compare-agent", type=int, metavar="N",
                     help="overhead mode: after a warm-up round, N blocks of rounds of the writers, "
-                         "each block without then with the agent (--compare-repeat rounds each), every "
-                         "round into its own directory; scenario.json's `rounds` has each round's "
+                         "each block without then with the agent (--compare-repeat rounds each), and a "
+                         "last block without; every round into its own directory; scenario.json's `rounds` has each round's "
                          "bytes/s and CPU use (bench/overhead.py)")
     ap.add_argument("--compare-repeat", type=int, default=1, metavar="M",
                     help="with --compare-agent: M rounds in a row each time (one agent start per M rounds)")
@@ -142,8 +142,14 @@ def expected_bytes(spec):
     for rank in range(spec["ranks"]):
         mb = spec["rank_overrides"].get(str(rank), {}).get("file_mb", spec["file_mb"])
         total += int(mb * 2**20) * spec["files_per_rank"]
-    rounds = 1 + 2 * spec["compare_agent"] * spec["compare_repeat"] if spec.get("compare_agent") else 1  # + warm-up
-    return total * rounds
+    return total * (compare_rounds(spec) if spec.get("compare_agent") else 1)
+
+
+def compare_rounds(spec):
+    """Saves in a --compare-agent run: the warm-up, N+1 baseline and N agent blocks of M
+    rounds, and an unmeasured first save after each agent start (tests/vm/guest/scenario.py)."""
+    n, m = spec["compare_agent"], spec["compare_repeat"]
+    return 1 + (2 * n + 1) * m + n
 
 
 def source_key():
