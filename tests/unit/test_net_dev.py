@@ -54,8 +54,8 @@ def test_each_sample_reads_the_counters_afresh():
     from slotscope.agent.samplers import NetdevSampler, _pread_all
     sampler = NetdevSampler()
     try:
+        sampler.watch.changed()                   # as if routed: keep the route set below
         sampler.routes = {"127.0.0.1": ("lo", None)}
-        sampler._routed = float("inf")            # keep the route set above
         first = sampler.sample()
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.sendto(b"x" * 1000, ("127.0.0.1", 9))
