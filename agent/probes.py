@@ -24,7 +24,7 @@ from .layouts import (INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OPS, OWNER_EVENT, PATH
 from .ringbuf import RingReader, record_size
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
-BPF_NOEXIST = 1
+BPF_ANY, BPF_NOEXIST = 0, 1
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
 # When to drain. Each drain has a fixed cost, ~0.3 ms idle and ~2 ms with every NFS
 # table to build (30x that under emulation), that at 50 drains a second was most of the
@@ -285,6 +285,9 @@ class Loaded:
         self.rings = {name: RingReader(bpf[name.encode()].map_fd, pages * PAGE, layout)
                       for g in groups for name, (layout, pages) in g.rings.items()}
         self._loss = bpf[b"loss"]
+        self._fd_gen = self._fd_ignore = None
+        if any(isinstance(g, SyscallProbes) for g in groups):
+            self._fd_gen, self._fd_ignore = bpf[b"fd_gen"].map_fd, bpf[b"fd_ignore"].map_fd
         # Edge-triggered: only the kernel's forced wakeups end a wait, not events that
         # arrived without one (level-triggered, any unread event would).
         self._epoll = select.epoll()
@@ -331,17 +334,17 @@ class Loaded:
 
     def ignore_fd(self, tgid: int, fd: int, gen: int | None) -> None:
         """Stop events for (tgid, fd) while it holds generation `gen`. gen=None is an fd
-        opened before tracing began: it is marked only if no open/close happened since."""
+        opened before tracing began: it is marked only if no open/close happened since.
+        Straight to libbpf: every file any process opens off the traced filesystems comes
+        here once, and BCC's item assignment cost several times the update itself."""
         key = ctypes.c_uint64((tgid << 32) | (fd & 0xFFFFFFFF))
         if gen is None:
-            gen = ctypes.c_uint64(1)
             # BPF_NOEXIST: if the kernel gave the fd a generation since, that one wins.
-            if self._lib.bpf_update_elem(self.bpf[b"fd_gen"].map_fd, ctypes.byref(key), ctypes.byref(gen),
+            if self._lib.bpf_update_elem(self._fd_gen, ctypes.byref(key), ctypes.byref(ctypes.c_uint64(1)),
                                          BPF_NOEXIST):
                 return
-        else:
-            gen = ctypes.c_uint64(gen)
-        self.bpf[b"fd_ignore"][key] = gen
+            gen = 1
+        self._lib.bpf_update_elem(self._fd_ignore, ctypes.byref(key), ctypes.byref(ctypes.c_uint64(gen)), BPF_ANY)
 
     def trace_tgid(self, tgid: int) -> None:
         self.bpf[b"traced_tgids"][ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
