@@ -315,11 +315,11 @@ def start_ranks(spec, target, saves=False):
     return procs
 
 
-def save(procs, spec, label, agent=None):
+def save(procs, spec, label, meter):
     """One save by long-lived ranks (start_ranks(saves=True)) into `label`; returns (ranks,
-    usage) as writers() does."""
+    usage) as writers() does, measured with `meter` (a Usage)."""
     t_go = time.monotonic()
-    usage0 = usage(agent)
+    usage0 = meter.read()
     for p in procs.values():
         p.stdin.write(f"{label}\n")
         p.stdin.flush()
@@ -334,7 +334,7 @@ def save(procs, spec, label, agent=None):
         if not line:
             raise ScenarioError(f"rank {rank} {exit_status(p.wait())}")
         ranks.append(json.loads(line))
-    used = {k: v - usage0[k] for k, v in usage(agent).items()}
+    used = meter.since(usage0)
     used["seconds"] = round(time.monotonic() - t_go, 3)
     return ranks, used
 
@@ -344,8 +344,9 @@ def writers(spec, subdir=None, agent=None):
     usage is the CPU and BPF time the agent (if given) and the whole guest spent
     between the go and the last rank's exit."""
     procs = start_ranks(spec, f"{MNT}/{CKPT}" + (f"/{subdir}" if subdir else ""))
+    meter = Usage(agent)
     t_go = time.monotonic()
-    usage0 = usage(agent)
+    usage0 = meter.read()
     freeze = None
     if spec["freeze_at"] is not None:
         freeze = Freeze(spec, t_go)
@@ -361,8 +362,9 @@ def writers(spec, subdir=None, agent=None):
             raise ScenarioError(f"writers still running after {spec['writer_timeout']} s "
                                 f"(blocked tasks and stacks in hang.txt)")
         time.sleep(0.1)
-    used = {k: v - usage0[k] for k, v in usage(agent).items()}
+    used = meter.since(usage0)
     used["seconds"] = round(time.monotonic() - t_go, 3)
+    meter.close()
     ranks = []
     for rank, p in procs.items():
         out = p.stdout.read().strip()
@@ -377,28 +379,49 @@ def writers(spec, subdir=None, agent=None):
 run_writers = timed("writers")(writers)
 
 
-def usage(agent):
-    """Cumulative CPU time (ns): the guest's busy time over all CPUs, and, with an
-    agent, its process's user+system time and the run time of its BPF programs
-    (run_time_ns in the fdinfo of its program fds: the agent enables bpf_stats)."""
-    busy = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    tick = 1e9 / os.sysconf("SC_CLK_TCK")
-    res = {"guest_busy_ns": int((sum(busy) - busy[3] - busy[4]) * tick)}  # minus idle, iowait
-    if agent is None:
+class Usage:
+    """Cumulative CPU time (ns): the guest's busy time over all CPUs, and, with an agent,
+    its process's user+system time and the run time of its BPF programs (run_time_ns in
+    the fdinfo of its program fds: the agent enables bpf_stats). The files are opened once
+    and re-read with pread: the agent decodes every process's opens and closes, and the
+    measuring must not add to its work in the rounds it measures (reading each of its
+    ~100 fdinfo files twice a round did, and the agent's drain showed it)."""
+
+    def __init__(self, agent=None):
+        self.tick = 1e9 / os.sysconf("SC_CLK_TCK")
+        self.stat = os.open("/proc/stat", os.O_RDONLY)
+        self.agent_stat, self.progs = None, []
+        if agent is not None:
+            pid = agent.proc.pid
+            self.agent_stat = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+            for name in os.listdir(f"/proc/{pid}/fdinfo"):
+                try:
+                    fd = os.open(f"/proc/{pid}/fdinfo/{name}", os.O_RDONLY)
+                except OSError:
+                    continue
+                if b"run_time_ns:" in os.pread(fd, 4096, 0):
+                    self.progs.append(fd)
+                else:
+                    os.close(fd)
+
+    def read(self):
+        busy = [int(x) for x in os.pread(self.stat, 4096, 0).split(b"\n", 1)[0].split()[1:]]
+        res = {"guest_busy_ns": int((sum(busy) - busy[3] - busy[4]) * self.tick)}  # minus idle, iowait
+        if self.agent_stat is None:
+            return res
+        stat = os.pread(self.agent_stat, 4096, 0).rsplit(b")", 1)[1].split()
+        res["agent_user_ns"] = int(int(stat[11]) * self.tick)
+        res["agent_sys_ns"] = int(int(stat[12]) * self.tick)
+        res["agent_bpf_ns"] = sum(int(line.split()[1]) for fd in self.progs
+                                  for line in os.pread(fd, 4096, 0).splitlines() if line.startswith(b"run_time_ns:"))
         return res
-    stat = Path(f"/proc/{agent.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    res["agent_user_ns"] = int(int(stat[11]) * tick)
-    res["agent_sys_ns"] = int(int(stat[12]) * tick)
-    bpf = 0
-    for f in Path(f"/proc/{agent.proc.pid}/fdinfo").iterdir():
-        try:
-            for line in f.read_text().splitlines():
-                if line.startswith("run_time_ns:"):
-                    bpf += int(line.split()[1])
-        except OSError:
-            pass
-    res["agent_bpf_ns"] = bpf
-    return res
+
+    def since(self, before):
+        return {k: v - before[k] for k, v in self.read().items()}
+
+    def close(self):
+        for fd in [self.stat, *([self.agent_stat] if self.agent_stat is not None else []), *self.progs]:
+            os.close(fd)
 
 
 def server_files():
@@ -451,28 +474,31 @@ def compare_agent(spec):
     rounds = []
     # Long-lived ranks, as in training: what is measured is their saves, not their start-up.
     procs = start_ranks(spec, f"{MNT}/{CKPT}", saves=True)
-    _, used = save(procs, spec, "warmup")
+    no_agent = Usage()
+    _, used = save(procs, spec, "warmup", no_agent)
     log(f"warm-up round: {used['seconds']} s")
 
-    def block(k, agent):
+    def block(k, meter, agent):
         time.sleep(SETTLE_S)
         for j in range(1, spec.get("compare_repeat", 1) + 1):
             label = f"{'agent' if agent else 'base'}-{k}.{j}"
-            ranks, used = save(procs, spec, label, agent)
-            rounds.append(round_record(label, agent is not None, ranks, used))
+            ranks, used = save(procs, spec, label, meter)
+            rounds.append(round_record(label, agent, ranks, used))
             log(f"round {label}: {rounds[-1]['bytes_per_s'] / 2**20:.3f} MiB/s")
             time.sleep(1)
 
     for k in range(1, spec["compare_agent"] + 1):
-        block(k, None)
+        block(k, no_agent, False)
         shutil.rmtree(CAPTURE, ignore_errors=True)
         agent = Agent(spec)
         agent.wait_ready(spec["agent_start_timeout"])
-        _, used = save(procs, spec, f"agent-{k}.warmup", agent)
+        meter = Usage(agent)
+        _, used = save(procs, spec, f"agent-{k}.warmup", meter)
         log(f"agent warm-up round: {used['seconds']} s")
-        block(k, agent)
+        block(k, meter, True)
+        meter.close()
         agent.stop(spec["agent_stop_timeout"])
-    block(spec["compare_agent"] + 1, None)
+    block(spec["compare_agent"] + 1, no_agent, False)
     for p in procs.values():
         p.stdin.close()
         p.wait(timeout=60)
