@@ -5,9 +5,9 @@ directory file descriptor it opened itself, with O_NOFOLLOW|O_EXCL: a symlink
 an ordinary user planted cannot redirect a write. Files are 0600 and
 directories 0700 (0640/0750 with group_readable).
 
-Segments: rows go into `.NNNNNN.arrow.partial` and the segment is closed and
-renamed to `NNNNNN.arrow` about a second after its first row, so a SIGKILL or
-a power loss costs at most that second.
+Segments: rows gather in memory and about a second after its first row the
+segment is written to `.NNNNNN.arrow.partial`, fsynced and renamed to
+`NNNNNN.arrow`, so a SIGKILL or a power loss costs at most that second.
 """
 from __future__ import annotations
 
@@ -118,6 +118,11 @@ class CaptureDir:
 
 
 class TableWriter:
+    """One table's segments. A segment is serialised in memory and written whole when it
+    closes (to its dotfile, fsynced, renamed): a reader skips an open segment either way,
+    and written through a Python file object the IPC writer made a Python call per column
+    buffer, the largest single cost of the agent under emulation."""
+
     def __init__(self, capture: CaptureDir, name: str, schema: pa.Schema, major: int):
         self.capture = capture
         self.name = name
@@ -127,7 +132,7 @@ class TableWriter:
         self.rows = 0
         self.segments = 0
         self.closed_bytes = 0
-        self._file = self._writer = None
+        self._sink = self._writer = None
         self._opened_at = 0.0
         self._segment_rows = 0
 
@@ -139,8 +144,8 @@ class TableWriter:
             return
         if self._writer is None:
             self.seq += 1
-            self._file = self.capture.create(self._partial(), self.dir_fd)
-            self._writer = pa.ipc.new_file(self._file, self.schema)
+            self._sink = pa.BufferOutputStream()
+            self._writer = pa.ipc.new_file(self._sink, self.schema)
             self._opened_at = time.monotonic()
             self._segment_rows = 0
         if isinstance(table, pa.RecordBatch):
@@ -167,16 +172,18 @@ class TableWriter:
         if self._writer is None:
             return
         self._writer.close()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self.closed_bytes += self._file.tell()
-        self._file.close()
-        self._writer = self._file = None
+        data = self._sink.getvalue()
+        self._writer = self._sink = None
+        with self.capture.create(self._partial(), self.dir_fd) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.rename(self._partial(), f"{self.seq:06d}.arrow", src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        self.closed_bytes += data.size
         self.segments += 1
 
     def size(self) -> int:
-        return self.closed_bytes + (self._file.tell() if self._file else 0)
+        return self.closed_bytes + (self._sink.tell() if self._sink else 0)
 
     def close(self) -> None:
         self.close_segment()

@@ -11,7 +11,7 @@ import pytest
 from slotscope.agent import capture_writer as cw
 from slotscope.agent.capture_writer import CaptureWriter
 from slotscope.agent.tables import AGENT, SCHEMAS, SYSCALL
-from slotscope.analyzer.capture import SCHEMA_KEY, Capture
+from slotscope.analyzer.capture import ARROW_MAGIC, SCHEMA_KEY, Capture
 
 from unit_helpers import loss_table, meta, proc, procs_table, sc, syscall_table
 
@@ -64,8 +64,9 @@ def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
     w.append("agent", _agent_rows(2))
 
     clock.t += cw.SEGMENT_SECONDS / 2
-    w.tick()                                     # too early: nothing closes
-    assert _ls(tmp_path / "cap" / "syscall") == [".000001.arrow.partial"]
+    w.tick()                                     # too early: nothing closes, nothing is on disk
+    assert _ls(tmp_path / "cap" / "syscall") == []
+    assert w.size_bytes() > 0                    # but it counts
 
     clock.t += cw.SEGMENT_SECONDS
     w.tick()                                     # a second after the first row: closed and renamed
@@ -112,7 +113,9 @@ def test_empty_append_opens_no_segment(tmp_path):
     assert _ls(tmp_path / "cap" / "syscall") == []
 
 
-def test_open_segment_is_a_dotfile_the_reader_skips(tmp_path, clock):
+def test_a_segment_reaches_the_disk_whole_and_a_leftover_dotfile_is_skipped(tmp_path, clock):
+    """An open segment is in memory: the directory holds finished segments only, and a
+    dotfile left by an agent killed while writing one is not read."""
     path = str(tmp_path / "cap")
     w = CaptureWriter(path, SCHEMAS)
     w.write_meta(meta())
@@ -120,14 +123,16 @@ def test_open_segment_is_a_dotfile_the_reader_skips(tmp_path, clock):
     clock.t += cw.SEGMENT_SECONDS
     w.tick()
     w.append("syscall", syscall_table([sc(2, ts=2), sc(3, ts=3)]))   # stays open
-    w.tables["syscall"]._file.flush()
-    assert _ls(tmp_path / "cap" / "syscall") == [".000002.arrow.partial", "000001.arrow"]
+    assert _ls(tmp_path / "cap" / "syscall") == ["000001.arrow"]
+    with open(os.path.join(path, "syscall", ".000009.arrow.partial"), "wb") as f:
+        f.write(ARROW_MAGIC + b"half a segment")
     cap = Capture.open(path)
     assert cap.segments("syscall") == [os.path.join(path, "syscall", "000001.arrow")]
     assert cap.read("syscall").column("tgid").to_pylist() == [1]
     assert cap.problems == []
     assert cap.live is False      # meta() has a stop record
     w.close()
+    assert Capture.open(path).read("syscall").column("tgid").to_pylist() == [1, 2, 3]
 
 
 def test_capture_without_stop_record_is_live(build_capture):
@@ -221,7 +226,7 @@ def test_force_over_an_earlier_capture_replaces_it_whole(tmp_path, build_capture
 
 
 def test_force_over_a_killed_recording_does_not_fail_on_its_leftovers(tmp_path, clock):
-    """An earlier agent was SIGKILLed: its open segment stays as .000002.arrow.partial. A new
+    """An earlier agent was SIGKILLed while writing a segment: it stays as .000002.arrow.partial. A new
     recording with --force into that directory must not fail when it reaches segment 2."""
     path = str(tmp_path / "cap")
     old = CaptureWriter(path, SCHEMAS)
@@ -229,9 +234,9 @@ def test_force_over_a_killed_recording_does_not_fail_on_its_leftovers(tmp_path, 
     old.append("syscall", syscall_table([sc(1, ts=1)]))
     clock.t += cw.SEGMENT_SECONDS
     old.tick()
-    old.append("syscall", syscall_table([sc(2, ts=2)]))          # killed here: never closed
-    old.tables["syscall"]._file.flush()
-    assert ".000002.arrow.partial" in os.listdir(os.path.join(path, "syscall"))
+    # killed while writing its second segment
+    with open(os.path.join(path, "syscall", ".000002.arrow.partial"), "wb") as f:
+        f.write(ARROW_MAGIC)
 
     new = CaptureWriter(path, SCHEMAS, force=True)
     new.write_meta(meta())
