@@ -1,12 +1,9 @@
 """Fds the agent marks uninteresting are skipped in the kernel (Loaded.ignore_fd), only
 while they hold the file they were marked for: a reused fd number is traced again."""
-import subprocess
-import sys
-
 import pytest
 
 from slotscope.agent.layouts import OP_NUMBER
-from slotscope.agent.probes import Filters, SyscallProbes, load
+from livehelp import ask, python_child, syscall_probes_on
 
 pytestmark = pytest.mark.live
 
@@ -30,27 +27,15 @@ for line in sys.stdin:
 
 @pytest.fixture
 def child():
-    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    proc.first_fd = int(proc.stdout.readline())
-    yield proc
-    proc.stdin.close()
-    proc.wait(timeout=10)
+    with python_child(CHILD) as proc:
+        proc.first_fd = int(proc.stdout.readline())
+        yield proc
 
 
 @pytest.fixture
 def loaded(child):
-    probes = SyscallProbes()
-    if probes.can_run():
-        pytest.skip(probes.can_run())
-    loaded = load([probes], Filters(tgids=[child.pid]))
-    yield loaded
-    loaded.close()
-
-
-def ask(child, command: str) -> str:
-    child.stdin.write(f"{command}\n")
-    child.stdin.flush()
-    return child.stdout.readline().strip()
+    with syscall_probes_on(child.pid) as loaded:
+        yield loaded
 
 
 def events(loaded, op: str, fd: int):
@@ -60,10 +45,10 @@ def events(loaded, op: str, fd: int):
 
 def test_an_fd_from_before_tracing_is_skipped_once_marked(child, loaded):
     fd = child.first_fd
-    ask(child, f"write {fd} 5")
+    assert ask(child, f"write {fd} 5") == "done"
     assert events(loaded, "write", fd).size == 5
     loaded.ignore_fd(child.pid, fd, None)
-    ask(child, f"write {fd} 5")
+    assert ask(child, f"write {fd} 5") == "done"
     assert events(loaded, "write", fd).size == 0
 
 
@@ -78,10 +63,10 @@ def opened(child, loaded) -> tuple[int, int]:
 def test_a_mark_lasts_while_the_fd_holds_its_file(child, loaded):
     fd, gen = opened(child, loaded)
     loaded.ignore_fd(child.pid, fd, gen)
-    ask(child, f"write {fd} 5")
+    assert ask(child, f"write {fd} 5") == "done"
     assert events(loaded, "write", fd).size == 0
-    ask(child, f"close {fd}")
+    assert ask(child, f"close {fd}") == "done"
     again, _ = opened(child, loaded)
     assert again == fd                     # the lowest free number: the same fd, another file
-    ask(child, f"write {fd} 5")
+    assert ask(child, f"write {fd} 5") == "done"
     assert events(loaded, "write", fd).size == 5

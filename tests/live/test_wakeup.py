@@ -1,12 +1,10 @@
 """The kernel wakes the agent only when a drain cannot wait (bpf/common.h, wake_flags):
 a ring an eighth full, or a new program to identify."""
-import subprocess
-import sys
-
 import pytest
 
 from slotscope.agent.layouts import PROC_EXEC, SYS_EVENT
-from slotscope.agent.probes import Filters, SyscallProbes, load, wake_every
+from slotscope.agent.probes import SyscallProbes, wake_every
+from livehelp import ask, python_child, syscall_probes_on
 
 pytestmark = pytest.mark.live
 
@@ -28,42 +26,30 @@ for line in sys.stdin:
 
 @pytest.fixture
 def child():
-    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    yield proc
-    proc.stdin.close()
-    proc.wait(timeout=10)
+    with python_child(CHILD) as proc:
+        yield proc
 
 
 @pytest.fixture
 def loaded(child):
-    probes = SyscallProbes()
-    if probes.can_run():
-        pytest.skip(probes.can_run())
-    loaded = load([probes], Filters(tgids=[child.pid]))
-    yield loaded
-    loaded.close()
-
-
-def ask(child, command: str) -> None:
-    child.stdin.write(f"{command}\n")
-    child.stdin.flush()
-    assert child.stdout.readline().strip() == "done"
+    with syscall_probes_on(child.pid) as loaded:
+        yield loaded
 
 
 def test_a_few_events_do_not_wake_the_agent(child, loaded):
-    ask(child, 10)
+    assert ask(child, 10) == "done"
     assert not loaded.wait(0.3)
     assert loaded.read_batch()["sys_ring"].size >= 10     # they are there, for the next drain
 
 
 def test_an_eighth_of_the_ring_wakes_it(child, loaded):
     every = wake_every(SYS_EVENT, SyscallProbes.rings["sys_ring"][1])
-    ask(child, every + 10)
+    assert ask(child, every + 10) == "done"
     assert loaded.asked(30.0)
     assert loaded.read_batch()["sys_ring"].size >= every
 
 
 def test_an_exec_wakes_it(child, loaded):
-    ask(child, "exec")                     # a traced descendant: its identity cannot wait
+    assert ask(child, "exec") == "done"           # a traced descendant: its identity cannot wait
     assert loaded.asked(30.0)
     assert PROC_EXEC in loaded.read_batch()["proc_ring"]["kind"].tolist()
