@@ -40,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 VM_DIR = REPO / "tests" / "vm"
 sys.path.insert(0, str(VM_DIR))
+from vmrig.scenario import compare_rounds  # noqa: E402
 from vmrig.scenarios import NAMED  # noqa: E402
 
 GOAL = 0.97
@@ -81,7 +82,7 @@ def run(out: Path, a) -> dict:
 
 def summarize(rec: dict) -> dict:
     rounds = rec["rounds"]
-    per_round = rec["expected_bytes"] // (1 + len(rounds))
+    per_round = rec["expected_bytes"] // compare_rounds(rec["spec"])   # every save writes as much
     cpus = rec.get("cpus", 2)
     rows = []
     for r in rounds:

@@ -38,3 +38,21 @@ def test_the_interval_decides_only_when_it_excludes_the_goal():
     wide = overhead.log_interval([0.90, 1.05, 0.93, 1.02])
     assert wide[0] < overhead.GOAL < wide[1]
     assert overhead.log_interval([0.9]) is None
+
+
+def test_a_round_is_whole_when_it_wrote_what_every_save_writes():
+    """expected_bytes counts every save of the run: the warm-up, the measured rounds and
+    the unmeasured save after each agent start."""
+    from vmrig.scenario import expected_bytes
+    spec = {"ranks": 2, "file_mb": 0.5, "files_per_rank": 1, "rank_overrides": {},
+            "compare_agent": 2, "compare_repeat": 1}
+    per_save = 2 * 2**19
+    labels = [("base-1.1", False), ("agent-1.1", True), ("base-2.1", False), ("agent-2.1", True), ("base-3.1", False)]
+    rounds = [{"label": label, "agent": agent, "bytes": per_save - (label == "base-2.1"), "wall_s": 1.0,
+               "bytes_per_s": float(per_save), "usage": {"seconds": 1.0, "guest_busy_ns": 10**9}}
+              for label, agent in labels]
+    rec = {"spec": spec, "expected_bytes": expected_bytes(spec), "rounds": rounds, "options": {}, "kernel": "k",
+           "accel": "tcg", "host_seconds": {"vm": 1}}
+    assert rec["expected_bytes"] == 8 * per_save
+    whole = {r["label"]: r["all_bytes"] for r in overhead.summarize(rec)["rounds"]}
+    assert whole == {"base-1.1": True, "agent-1.1": True, "base-2.1": False, "agent-2.1": True, "base-3.1": True}
