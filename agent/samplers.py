@@ -93,6 +93,7 @@ class NetdevSampler:
     of an idle agent's CPU)."""
 
     EVERY = 0.2       # s between samples
+    RETRY = 5.0       # s before looking up again a route whose lookup failed (no change may announce it)
 
     def __init__(self):
         from pyroute2 import IPRoute  # netlink, no subprocess
@@ -100,17 +101,19 @@ class NetdevSampler:
         self.watch = RouteWatch()
         self.routes: dict[str, tuple[str, int | None]] = {}   # server -> (interface, speed)
         self._last = 0.0
+        self._retry_at: float | None = None   # set while a server's route lookup failed
         # Kept open: a pread from 0 regenerates the file, a third of the cost of opening it.
         self._net_dev = os.open("/proc/net/dev", os.O_RDONLY | os.O_CLOEXEC)
 
-    def _reroute(self) -> None:
-        self.routes = {}
+    def _reroute(self, now: float) -> None:
+        self.routes, self._retry_at = {}, None
         for server in nfs_servers():
             try:
                 [route] = self.ipr.route("get", dst=server)[:1]
                 index = route.get_attr("RTA_OIF")
                 [link] = self.ipr.get_links(index)[:1]
             except Exception:  # an unroutable server or a netlink error must not stop recording
+                self._retry_at = now + self.RETRY
                 continue
             name = link.get_attr("IFLA_IFNAME")
             self.routes[server] = (name, _speed_bps(name))
@@ -121,8 +124,8 @@ class NetdevSampler:
         if now - self._last < self.EVERY:
             return []
         self._last = now
-        if self.watch.changed():
-            self._reroute()
+        if self.watch.changed() or (self._retry_at is not None and now >= self._retry_at):
+            self._reroute(now)
         if not self.routes:
             return []
         ts = _monotonic_ns()

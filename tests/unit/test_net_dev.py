@@ -68,3 +68,31 @@ def test_each_sample_reads_the_counters_afresh():
         assert _pread_all(sampler._net_dev, chunk=7).split(b"\n")[:2] == whole.split(b"\n")[:2]
     finally:
         sampler.close()
+
+
+def test_a_failed_route_lookup_is_tried_again_without_a_change(monkeypatch):
+    """Routes are looked up again when something changes; a lookup that failed (a netlink
+    error, no route yet) is also tried again after RETRY s, as no change may announce it."""
+    from slotscope.agent import samplers
+    monkeypatch.setattr(samplers, "nfs_servers", lambda: ["127.0.0.1"])
+    sampler = samplers.NetdevSampler()
+    real_route, calls = sampler.ipr.route, []
+
+    def route(*args, **kw):
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError("netlink: transient failure")
+        return real_route(*args, **kw)
+    monkeypatch.setattr(sampler.ipr, "route", route)
+    try:
+        assert sampler.sample() == [] and len(calls) == 1     # the first look fails
+        sampler._last = 0.0
+        assert sampler.sample() == [] and len(calls) == 1     # too soon, and nothing changed
+        sampler._last, sampler._retry_at = 0.0, 0.0           # RETRY s later
+        rows = sampler.sample()
+        assert len(calls) == 2 and [r["iface"] for r in rows] == ["lo"]
+        sampler._last = 0.0
+        sampler.sample()
+        assert len(calls) == 2                                # routed: no more lookups
+    finally:
+        sampler.close()

@@ -499,6 +499,7 @@ def compare_agent(spec):
         meter.close()
         agent.stop(spec["agent_stop_timeout"])
     block(spec["compare_agent"] + 1, no_agent, False)
+    no_agent.close()
     for p in procs.values():
         p.stdin.close()
         p.wait(timeout=60)
