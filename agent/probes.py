@@ -286,7 +286,7 @@ class Loaded:
                       for g in groups for name, (layout, pages) in g.rings.items()}
         self._loss = bpf[b"loss"]
         self._fd_gen = self._fd_ignore = None
-        self._fdinfo: list[int] | None = None    # our programs' fdinfo files (bpf_runtime)
+        self._fdinfo: dict[str, int] | None = None    # our programs' fdinfo files (program_runtime)
         if any(isinstance(g, SyscallProbes) for g in groups):
             self._fd_gen, self._fd_ignore = bpf[b"fd_gen"].map_fd, bpf[b"fd_ignore"].map_fd
         # Edge-triggered: only the kernel's forced wakeups end a wait, not events that
@@ -369,32 +369,37 @@ class Loaded:
         records = b"".join(bytes(v)[: INFLIGHT.dtype.itemsize] for _, v in items)
         return tids, np.frombuffer(records, INFLIGHT.dtype)
 
-    def bpf_runtime(self) -> dict[str, int | None]:
-        """Kernel time spent in our programs (needs kernel.bpf_stats_enabled, set while loaded).
-        Their fdinfo files are opened once and re-read: opening ~40 of them was most of an
-        idle agent's CPU under emulation."""
+    def program_runtime(self) -> dict[str, dict[str, int]]:
+        """Per program: how often it ran and for how long (ns) since it was loaded; empty
+        without kernel.bpf_stats_enabled (set while loaded). Their fdinfo files are opened
+        once and re-read: opening ~40 of them was most of an idle agent's CPU under emulation."""
+        if self._stats_was is None:
+            return {}
         if self._fdinfo is None:
-            self._fdinfo = []
-            for fn in self.bpf.funcs.values():
+            self._fdinfo = {}
+            for name, fn in self.bpf.funcs.items():
                 try:
-                    self._fdinfo.append(os.open(f"/proc/self/fdinfo/{fn.fd}", os.O_RDONLY | os.O_CLOEXEC))
+                    self._fdinfo[name.decode()] = os.open(f"/proc/self/fdinfo/{fn.fd}", os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     continue
-        ns = cnt = 0
-        for fd in self._fdinfo:
-            for line in os.pread(fd, 4096, 0).splitlines():
-                key, _, value = line.partition(b":")
-                if key == b"run_time_ns":
-                    ns += int(value)
-                elif key == b"run_cnt":
-                    cnt += int(value)
-        on = self._stats_was is not None
-        return {"bpf_run_ns": ns if on else None, "bpf_run_cnt": cnt if on else None}
+        out = {}
+        for name, fd in self._fdinfo.items():
+            fields = dict(line.split(b":", 1) for line in os.pread(fd, 4096, 0).splitlines() if b":" in line)
+            out[name] = {"run_cnt": int(fields.get(b"run_cnt", 0)), "run_ns": int(fields.get(b"run_time_ns", 0))}
+        return out
+
+    def bpf_runtime(self) -> dict[str, int | None]:
+        """Kernel time spent in all our programs (None without bpf_stats)."""
+        progs = self.program_runtime()
+        if not progs:
+            return {"bpf_run_ns": None, "bpf_run_cnt": None}
+        return {"bpf_run_ns": sum(p["run_ns"] for p in progs.values()),
+                "bpf_run_cnt": sum(p["run_cnt"] for p in progs.values())}
 
     def close(self) -> None:
         if self._stats_was is not None:
             _write_sysctl(BPF_STATS, self._stats_was)
-        for fd in self._fdinfo or ():
+        for fd in (self._fdinfo or {}).values():
             os.close(fd)
         self._epoll.close()
         for ring in self.rings.values():

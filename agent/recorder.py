@@ -239,6 +239,7 @@ class Recorder:
             signal.set_wakeup_fd(-1)
             os.close(wake_r)
             os.close(wake_w)
+            meta["probes"]["runtime"] = loaded.program_runtime()   # what each probe cost, over the capture
             loaded.close()
             for name, rows in self.samplers.stop():
                 if failure is None:

@@ -150,6 +150,11 @@ def test_duration_and_sigterm_stop(tmp_path):
     # the agent's own row: its programs ran (every process's syscalls hit them), as their fdinfo says
     last = c1.read("agent").to_pylist()[-1]
     assert last["bpf_run_cnt"] > 0 and last["bpf_run_ns"] > 0
+    # and meta.json has each program's share, read after that row: at least as much
+    runtime = c1.meta["probes"]["runtime"]
+    assert runtime["tracepoint__syscalls__sys_enter_write"]["run_cnt"] > 0   # the agent's own writes run it
+    assert sum(p["run_cnt"] for p in runtime.values()) >= last["bpf_run_cnt"]
+    assert sum(p["run_ns"] for p in runtime.values()) >= last["bpf_run_ns"]
     assert time.monotonic() - t0 < 60
     agent = start_slotscope("record", "-o", str(tmp_path / "c2"))
     wait_recording(agent)
