@@ -1,7 +1,10 @@
 """Facts about the running kernel that decide which probes can load, read without bcc."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import platform
 import subprocess
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
@@ -27,6 +30,35 @@ def ensure_tracefs() -> str | None:
 def tracepoint_exists(category: str, event: str) -> bool:
     base = tracefs()
     return bool(base) and os.path.isdir(os.path.join(base, "events", category, event))
+
+
+# bpf(2)'s number where it differs between architectures (the agent needs no bcc for this)
+BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
+BPF_MAP_CREATE = 0
+BPF_MAP_TYPE_RINGBUF = 27
+
+
+def bpf_ringbuf_supported() -> bool | None:
+    """Whether this kernel has BPF ring buffers (5.8+, or a backport). None where it cannot
+    tell (an unknown architecture, no privilege, a memlock limit): the load then reports
+    what really fails."""
+    return _map_creatable(BPF_MAP_TYPE_RINGBUF)
+
+
+def _map_creatable(map_type: int) -> bool | None:
+    """Create a one-page map of this type without key or value, as a ring buffer is, and
+    close it; EINVAL says the kernel does not know the type (or wants a key and value)."""
+    nr = BPF_SYSCALL.get(platform.machine())
+    if nr is None:
+        return None
+    attr = (ctypes.c_uint32 * 32)()   # union bpf_attr: map_type, key_size, value_size, max_entries; rest zero
+    attr[0], attr[3] = map_type, os.sysconf("SC_PAGE_SIZE")
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(ctypes.c_long(nr), ctypes.c_long(BPF_MAP_CREATE), attr, ctypes.c_long(ctypes.sizeof(attr)))
+    if fd >= 0:
+        os.close(fd)
+        return True
+    return False if ctypes.get_errno() == errno.EINVAL else None
 
 
 def headers_dir() -> str | None:

@@ -57,6 +57,9 @@ def common_reason() -> str | None:
     """What every BPF probe group needs."""
     if os.geteuid() != 0:
         return "needs root (CAP_BPF and CAP_PERFMON): run with sudo"
+    if kernel.bpf_ringbuf_supported() is False:
+        return (f"this kernel ({os.uname().release}) has no BPF ring buffers (BPF_MAP_TYPE_RINGBUF: Linux 5.8 "
+                f"or later, or a distribution backport), through which every probe hands over its events")
     if kernel.ensure_tracefs() is None:
         return "tracefs is not mounted and could not be mounted at /sys/kernel/tracing"
     err = kernel.bcc_import_error()
