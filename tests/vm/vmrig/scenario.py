@@ -88,6 +88,10 @@ def parser():
     ap.add_argument("--export-fs", choices=("disk", "tmpfs"), default="disk",
                     help="what the server exports: a directory on the VM's ext4 disk (its syncs go "
                          "through the journal, whose timing varies under TCG), or a tmpfs")
+    ap.add_argument("--icount", type=int, metavar="SHIFT",
+                    help="under TCG, run the guest on an instruction-counting clock, one vCPU: each "
+                         "emulated instruction is 2**SHIFT ns of guest time, so the host's speed and load do "
+                         "not enter guest timings (bench/overhead.py; vmrig/vm.py icount_args)")
     ap.add_argument("--agent-start-timeout", type=float, default=240,
                     help="seconds to wait for the agent's 'recording' line (BCC compiles slowly under TCG)")
     ap.add_argument("--agent-stop-timeout", type=float, default=120)
@@ -106,6 +110,8 @@ def check(ap, a):
         ap.error("--nconnect must be 1-16")
     if a.ranks < 1 or a.write_size < 1 or a.file_mb <= 0 or a.files_per_rank < 1:
         ap.error("--ranks, --write-size, --file-mb and --files-per-rank must be positive")
+    if a.icount is not None and not 0 <= a.icount <= 10:
+        ap.error("--icount: a shift of 0-10 (2**SHIFT ns per instruction)")
     if a.compare_agent is not None:
         if a.compare_agent < 1 or a.compare_repeat < 1:
             ap.error("--compare-agent, --compare-repeat: at least 1")
@@ -193,7 +199,7 @@ def run(a):
     (share / "spec.json").write_text(json.dumps(spec, indent=2))
     try:
         res = run_vm(image, a.kernel, share, out / "console.log", a.timeout,
-                     shares=[Share("src", REPO, readonly=True)], log=log)
+                     shares=[Share("src", REPO, readonly=True)], log=log, icount=a.icount)
     except VMError as e:
         raise ScenarioFailed(str(e)) from None
     finally:
@@ -206,6 +212,7 @@ def run(a):
     guest_json.unlink()
     record = {"options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
               "spec": spec, "image": image.manifest["key"], "source_key": sources, "accel": res.accel,
+              "clock": res.clock,
               "kernel_abi": image.manifest["kernels"][a.kernel]["abi"],
               "host_seconds": {"image_check": image_seconds, "vm": res.seconds},
               "expected_bytes": expected_bytes(spec), **guest}
@@ -226,7 +233,7 @@ def summary(out):
     walls = [r["wall_s"] for r in rec["ranks"]]
     lines = [f"{len(walls)} ranks wrote {rec['server_bytes']} bytes (server side); "
              f"wall min/max {min(walls):.2f}/{max(walls):.2f} s; VM {rec['host_seconds']['vm']} s "
-             f"({rec['accel']}, kernel {rec['kernel']})"]
+             f"({rec['accel']}, clock {rec.get('clock', 'wall')}, kernel {rec['kernel']})"]
     delta = mountstats.delta(mountstats.parse((out / "mountstats.before").read_text()),
                              mountstats.parse((out / "mountstats.after").read_text()))
     w = delta["ops"].get("WRITE")

@@ -40,6 +40,18 @@ class Result:
     rc: int
     seconds: float
     accel: str
+    clock: str          # "wall", or "icount shift=N": see icount_args
+
+
+def icount_args(shift):
+    """The guest's clock counts emulated instructions instead of following the host's: each
+    instruction takes 2**shift ns of guest time, and an idle guest jumps to its next timer
+    (sleep=off). The host's speed and load then do not enter guest timings, which makes a
+    CPU-cost comparison repeatable (bench/overhead.py). One vCPU: QEMU runs icount vCPUs
+    round-robin on one thread, and a 2-vCPU x86 guest hangs at "Booting SMP configuration"
+    (the boot CPU spins waiting for a sibling that never gets its turn). Host I/O (the
+    virtio disk) is not modelled: its completions land at arbitrary guest times."""
+    return ["-icount", f"shift={shift},sleep=off", "-smp", "1"]
 
 
 def console_tail(console, n=CONSOLE_TAIL):
@@ -50,9 +62,10 @@ def console_tail(console, n=CONSOLE_TAIL):
     return "\n".join(lines[-n:])
 
 
-def qemu_command(image, kernel, accel, console, shares):
+def qemu_command(image, kernel, accel, console, shares, icount=None):
     vmlinuz, initrd = image.kernel(kernel)
-    cmd = ["qemu-system-x86_64", "-accel", accel, "-m", str(MEMORY_MB), "-smp", str(CPUS),
+    cmd = ["qemu-system-x86_64", "-accel", accel, "-m", str(MEMORY_MB),
+           *(icount_args(icount) if icount is not None else ["-smp", str(CPUS)]),
            "-display", "none", "-monitor", "none", "-serial", f"file:{console}",
            "-no-reboot", "-nic", "none", "-kernel", str(vmlinuz), "-initrd", str(initrd),
            "-append", "console=ttyS0 panic=-1 loglevel=4"]
@@ -100,15 +113,20 @@ def choose_accel(image, kernel):
     return "kvm" if kvm_works(image, kernel) else "tcg"
 
 
-def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print):
+def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print, icount=None):
     """Boot, run job_dir/job, power off. Returns Result (rc is the job's exit status);
-    raises VMTimeout (with the console tail) if the VM is still up after timeout s."""
+    raises VMTimeout (with the console tail) if the VM is still up after timeout s.
+    icount=SHIFT: the guest clock counts instructions (icount_args), under TCG only; with
+    KVM the guest runs on real hardware and keeps the real clock."""
     job_dir = Path(job_dir)
     (job_dir / "rc").unlink(missing_ok=True)
     accel = choose_accel(image, kernel)
-    cmd = qemu_command(image, kernel, accel, console, [Share("job", job_dir), *shares])
+    if accel != "tcg":
+        icount = None
+    clock = "wall" if icount is None else f"icount shift={icount}"
+    cmd = qemu_command(image, kernel, accel, console, [Share("job", job_dir), *shares], icount)
     for attempt in range(1, BOOT_ATTEMPTS + 1):
-        log(f"booting kernel {kernel} ({accel}), timeout {timeout} s, console {console}")
+        log(f"booting kernel {kernel} ({accel}, clock {clock}), timeout {timeout} s, console {console}")
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -122,7 +140,7 @@ def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print
         seconds = round(time.monotonic() - t0, 1)
         rc_file = job_dir / "rc"
         if proc.returncode == 0 and rc_file.exists():
-            return Result(rc=int(rc_file.read_text().strip() or 255), seconds=seconds, accel=accel)
+            return Result(rc=int(rc_file.read_text().strip() or 255), seconds=seconds, accel=accel, clock=clock)
         if attempt < BOOT_ATTEMPTS and crashed_before_job(console):
             kept = Path(f"{console}.crashed")
             Path(console).replace(kept)
