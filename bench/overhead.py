@@ -10,19 +10,30 @@ TCG) is followed by an unmeasured save: the ranks started before the agent, whic
 learns of them at their first write (as it would at their start, running first).
 A round's figure is its bytes per second (all ranks' bytes / the slowest rank's wall
 time). Each agent block is set against the mean of the baseline blocks before and after
-it, so that the emulated machine's drifting speed cancels; the result is the geometric
-mean of these ratios with a 95% interval over the blocks, and the goal (at least 97%)
-is met or not only when the interval says so. Needs root and the VM rig (qemu;
-tests/vm/README.md).
+it, so that a drifting machine speed cancels; the result is the geometric mean of these
+ratios with a 95% interval over the blocks, and the goal (at least 97%) is met or not
+only when the interval says so. Needs root and the VM rig (qemu; tests/vm/README.md).
 
-    sudo .venv/bin/python bench/overhead.py [--blocks 8] [--repeat 1] [--file-mb 0.5] [--json] [--out DIR]
+    sudo .venv/bin/python bench/overhead.py [--blocks 8] [--repeat 1] [--file-mb 0.5]
+                                            [--clock icount|wall] [--icount-shift 0] [--json] [--out DIR]
+
+The clock (under TCG; with KVM the guest runs on the real one):
+- icount (default): the guest's clock counts emulated instructions, 2**shift ns each
+  (shift 0: a 1 GHz CPU retiring one instruction a cycle, a few times slower than a
+  server core), on one vCPU; an idle guest jumps to its next timer. A round's time is
+  then the instructions on the save's critical path plus the 10 ms round trips, whatever
+  the host does: the baseline rounds agree to within a fraction of a percent. The
+  server exports a tmpfs by default: the host's disk I/O is not on that clock (its
+  completions land at arbitrary guest times: with the disk export the agent's rounds
+  came out faster than the baselines).
+- wall: the host's real time with 2 vCPUs. Every guest instruction is emulated at a
+  speed that varies by instruction mix and by the host's phases (2x from hour to hour
+  here), so the agent's CPU is amplified unevenly and the baselines scatter by 10% and
+  more: read their spread before the ratio. The first line says how much CPU the host's
+  other processes used meanwhile.
 
 Per round it also shows the guest's CPU use and, with the agent, the agent process's
-user+system CPU and its BPF programs' run time during the writers: where the cost
-goes. Under TCG (no KVM) every guest instruction is emulated, so the agent's CPU is
-amplified, and the VM's 2 vCPUs share the host's cores with whatever else runs there
-(the first line says how much CPU other processes used meanwhile): read the baseline
-rounds' spread before the ratio.
+user+system CPU and its BPF programs' run time during the writers: where the cost goes.
 """
 from __future__ import annotations
 
@@ -65,8 +76,11 @@ def host_cpu() -> tuple[float, float]:
 
 def run(out: Path, a) -> dict:
     args = option(NAMED["small_sync"], "--file-mb", a.file_mb)
+    export_fs = a.export_fs or ("tmpfs" if a.clock == "icount" else "disk")
     cmd = [sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), "--kernel", a.kernel,
-           "--compare-agent", str(a.blocks), "--compare-repeat", str(a.repeat), "--export-fs", a.export_fs, *args]
+           "--compare-agent", str(a.blocks), "--compare-repeat", str(a.repeat), "--export-fs", export_fs, *args]
+    if a.clock == "icount":
+        cmd += ["--icount", str(a.icount_shift)]
     if a.agent_args:
         cmd += ["--agent-args", a.agent_args]
     busy0, ours0 = host_cpu()
@@ -75,6 +89,8 @@ def run(out: Path, a) -> dict:
     if p.returncode != 0:
         raise SystemExit(f"overhead: the scenario failed:\n{p.stderr[-3000:]}")
     rec = json.loads((out / "scenario.json").read_text())
+    meta = json.loads((out / "capture" / "meta.json").read_text())   # the last agent block's capture
+    rec["bpf_programs"] = meta["probes"].get("runtime", {})
     # the VM (qemu) is our child: what else kept the host's cores busy meanwhile
     rec["host_other_cpu_s"] = round(max(0.0, (busy1 - busy0) - (ours1 - ours0)), 1)
     return rec
@@ -105,13 +121,30 @@ def summarize(rec: dict) -> dict:
     ratio = math.exp(statistics.fmean(math.log(x) for x in ratios))
     interval = log_interval(ratios)
     return {
-        "scenario": rec["options"], "kernel": rec["kernel"], "accel": rec["accel"], "rounds": rows,
+        "scenario": rec["options"], "kernel": rec["kernel"], "accel": rec["accel"],
+        "clock": rec.get("clock", "wall"), "cpus": cpus, "export_fs": rec["spec"]["export_fs"], "rounds": rows,
         "block_ratios": [round(x, 4) for x in ratios], "ratio": round(ratio, 4),
         "interval95": interval and [round(x, 4) for x in interval],
         "baseline_spread": [round(min(base) / mean_base, 3), round(max(base) / mean_base, 3)],
         "goal": GOAL, "meets_goal": None if interval is None or interval[0] < GOAL <= interval[1] else interval[0] >= GOAL,
         "vm_seconds": rec["host_seconds"]["vm"], "host_other_cpu_s": rec.get("host_other_cpu_s"),
+        "bpf_programs": programs(rec.get("bpf_programs", {})),
     }
+
+
+RPC_DONE = "tracepoint__sunrpc__rpc_stats_latency"   # runs once per RPC (attempt)
+
+
+def programs(runtime: dict) -> list[dict]:
+    """The agent's BPF programs over its last block, costliest first: runs, ns per run,
+    and runs per RPC."""
+    rpcs = runtime.get(RPC_DONE, {}).get("run_cnt", 0)
+    total = sum(p["run_ns"] for p in runtime.values()) or 1
+    return [{"program": name, "runs": p["run_cnt"], "run_s": round(p["run_ns"] / 1e9, 4),
+             "share": round(p["run_ns"] / total, 4),
+             "ns_per_run": round(p["run_ns"] / p["run_cnt"]) if p["run_cnt"] else None,
+             "runs_per_rpc": round(p["run_cnt"] / rpcs, 2) if rpcs else None}
+            for name, p in sorted(runtime.items(), key=lambda kv: -kv[1]["run_ns"]) if p["run_cnt"]]
 
 
 def block_ratios(rows: list[dict]) -> list[float]:
@@ -144,15 +177,24 @@ def log_interval(ratios: list[float]) -> tuple[float, float] | None:
 
 
 def show(s: dict) -> str:
-    lines = [f"small-sync writes, {s['kernel']} ({s['accel']}), one VM boot of {s['vm_seconds']} s; "
+    lines = [f"small-sync writes, {s['kernel']} ({s['accel']}, clock {s['clock']}, {s['cpus']} vCPU, export on "
+             f"{s['export_fs']}), one VM boot of {s['vm_seconds']} s; "
              f"other processes used {s['host_other_cpu_s']} CPU s of the host meanwhile",
-             f"{'round':<10} {'agent':>5} {'bytes':>9} {'wall s':>7} {'MiB/s':>7} {'vs base':>7} "
+             f"{'round':<10} {'agent':>5} {'bytes':>9} {'save s':>7} {'MiB/s':>7} {'vs base':>7} "
              f"{'guest busy':>10} {'agent CPU':>15} {'BPF s':>6}"]
     for r in s["rounds"]:
         cpu = "" if r["agent_cpu_s"] is None else f"{r['agent_cpu_s']:.2f} s {r['agent_cpu_pct']:>3.0f}%"
         lines.append(f"{r['label']:<10} {'yes' if r['agent'] else 'no':>5} {r['bytes']:>9} {r['wall_s']:>7.2f} "
                      f"{r['bytes_per_s'] / 2**20:>7.3f} {r['vs_baseline']:>7.3f} {r['guest_busy_pct']:>9.1f}% "
                      f"{cpu:>15} {'' if r['agent_bpf_s'] is None else r['agent_bpf_s']:>6}")
+    progs = s["bpf_programs"]
+    if progs:
+        lines.append(f"the agent's BPF programs over its last block, the costliest {min(12, len(progs))} of "
+                     f"{len(progs)} (ns: guest time; per RPC: runs per RPC accounted):")
+        lines.append(f"  {'program':<44} {'runs':>8} {'per RPC':>7} {'ns/run':>7} {'share':>6}")
+        for p in progs[:12]:
+            lines.append(f"  {p['program']:<44} {p['runs']:>8} {p['runs_per_rpc'] or '':>7} "
+                         f"{p['ns_per_run']:>7} {100 * p['share']:>5.1f}%")
     lo, hi = s["baseline_spread"]
     interval = s["interval95"]
     verdict = {True: "met", False: "NOT met", None: "not decided by this run"}[s["meets_goal"]]
@@ -172,9 +214,14 @@ def main() -> int:
     ap.add_argument("--file-mb", type=float, default=0.5, help="MiB each rank writes per round")
     ap.add_argument("--kernel", choices=("6.1", "6.12"), default="6.1")
     ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record`")
-    ap.add_argument("--export-fs", choices=("disk", "tmpfs"), default="disk",
-                    help="the server's export: the scenario's directory on the VM's disk (default), or a "
-                         "tmpfs (no journal commits behind the server's syncs: faster rounds)")
+    ap.add_argument("--clock", choices=("icount", "wall"), default="icount",
+                    help="the guest's clock under TCG: instruction counting on one vCPU (default), or the "
+                         "host's real time on two (see above)")
+    ap.add_argument("--icount-shift", type=int, default=0,
+                    help="with --clock icount: each emulated instruction takes 2**SHIFT ns (0: 1 GHz)")
+    ap.add_argument("--export-fs", choices=("disk", "tmpfs"),
+                    help="the server's export: a tmpfs (the default with --clock icount) or the scenario's "
+                         "directory on the VM's disk (the default with --clock wall)")
     ap.add_argument("--out", type=Path, help="keep the scenario results here (default: a temporary directory)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

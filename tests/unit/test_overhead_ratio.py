@@ -45,7 +45,7 @@ def test_a_round_is_whole_when_it_wrote_what_every_save_writes():
     the unmeasured save after each agent start."""
     from vmrig.scenario import expected_bytes
     spec = {"ranks": 2, "file_mb": 0.5, "files_per_rank": 1, "rank_overrides": {},
-            "compare_agent": 2, "compare_repeat": 1}
+            "compare_agent": 2, "compare_repeat": 1, "export_fs": "tmpfs"}
     per_save = 2 * 2**19
     labels = [("base-1.1", False), ("agent-1.1", True), ("base-2.1", False), ("agent-2.1", True), ("base-3.1", False)]
     rounds = [{"label": label, "agent": agent, "bytes": per_save - (label == "base-2.1"), "wall_s": 1.0,
@@ -56,3 +56,34 @@ def test_a_round_is_whole_when_it_wrote_what_every_save_writes():
     assert rec["expected_bytes"] == 8 * per_save
     whole = {r["label"]: r["all_bytes"] for r in overhead.summarize(rec)["rounds"]}
     assert whole == {"base-1.1": True, "agent-1.1": True, "base-2.1": False, "agent-2.1": True, "base-3.1": True}
+
+
+def test_programs_costliest_first_with_runs_per_rpc():
+    runtime = {"tracepoint__sunrpc__rpc_stats_latency": {"run_cnt": 100, "run_ns": 50_000},
+               "tracepoint__sunrpc__rpc_task_run_action": {"run_cnt": 1200, "run_ns": 300_000},
+               "tracepoint__syscalls__sys_enter_openat": {"run_cnt": 0, "run_ns": 0}}
+    progs = overhead.programs(runtime)
+    assert [p["program"] for p in progs] == ["tracepoint__sunrpc__rpc_task_run_action",
+                                             "tracepoint__sunrpc__rpc_stats_latency"]   # never run: left out
+    assert progs[0]["runs_per_rpc"] == 12 and progs[0]["ns_per_run"] == 250
+    assert progs[0]["share"] == pytest.approx(300 / 350, abs=1e-4)
+    assert overhead.programs({"kprobe__xprt_reserve": {"run_cnt": 3, "run_ns": 30}})[0]["runs_per_rpc"] is None
+
+
+def test_qemu_runs_one_vcpu_on_the_instruction_clock():
+    """icount: the guest clock counts instructions, on one vCPU (two hang at boot under icount)."""
+    from vmrig.vm import CPUS, qemu_command
+
+    class FakeImage:
+        rootfs = Path("/img/rootfs.img")
+
+        def kernel(self, _version):
+            return Path("/img/vmlinuz"), Path("/img/initrd")
+
+    def opt(cmd, name):
+        return [cmd[i + 1] for i, arg in enumerate(cmd) if arg == name]
+
+    wall = qemu_command(FakeImage(), "6.1", "tcg", "/tmp/c", [])
+    assert opt(wall, "-smp") == [str(CPUS)] and opt(wall, "-icount") == []
+    counted = qemu_command(FakeImage(), "6.1", "tcg", "/tmp/c", [], icount=2)
+    assert opt(counted, "-smp") == ["1"] and opt(counted, "-icount") == ["shift=2,sleep=off"]
