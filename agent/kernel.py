@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 import subprocess
@@ -38,6 +39,7 @@ BPF_MAP_CREATE = 0
 BPF_MAP_TYPE_RINGBUF = 27
 
 
+@functools.cache   # every probe group's can_run asks; the kernel's answer does not change
 def bpf_ringbuf_supported() -> bool | None:
     """Whether this kernel has BPF ring buffers (5.8+, or a backport). None where it cannot
     tell (an unknown architecture, no privilege, a memlock limit): the load then reports
