@@ -12,19 +12,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slotscope.capture.syscalls import (BOOKKEEPING_SYSCALLS, DUP_SYSCALLS, FLUSH_SYSCALLS, NFS_CALLS, OP_NAME,
+                                        OP_NUMBER, OPEN_SYSCALLS, OPS, WRITE_SYSCALLS)
+from slotscope.capture.tables import BLOCKED, SYSCALL
+
 from .files import AT_FDCWD, UNKNOWN, FdTable, FileRegistry
 from .identity import Identities
-from .layouts import (BOOKKEEPING_OPS, CLONE_THREAD, DUP_OPS, NFS_CALLS, OP_NAME, OP_NUMBER, OPEN_OPS, OPS,
-                      PROC_EXEC, PROC_EXIT, PROC_NEWTASK, WRITE_OPS)
-from .tables import BLOCKED, SYSCALL
+from .layouts import CLONE_THREAD, PROC_EXEC, PROC_EXIT, PROC_NEWTASK
 
 AT_EMPTY_PATH = 0x1000
 O_CLOEXEC = 0o2000000
 F_DUPFD_CLOEXEC = 1030
 CLOSE_RANGE_CLOEXEC = 1 << 2
-FD_OPS = WRITE_OPS | {"fsync", "fdatasync", "sync_file_range", "close", "ftruncate"}
+FD_OPS = WRITE_SYSCALLS + FLUSH_SYSCALLS + ("ftruncate",)   # calls on an fd that make rows
 _FD_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in FD_OPS), np.uint16)
-_WRITE_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in WRITE_OPS), np.uint16)
+_WRITE_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in WRITE_SYSCALLS), np.uint16)
 _SYSCALL_TYPE = SYSCALL.field("syscall").type
 _OP_DICT = pa.array(("?",) + OPS, pa.string())   # index = op number
 # NFS_CALL_* bit sets -> "fsync+flush" (index = the bits; 0 -> null)
@@ -103,7 +105,7 @@ class Decoder:
                 fids[i] = at[1] if at else self.registry.from_proc(tgid, fd)
                 if ret == 0:
                     self.fds.set(FdTable.key(tgid, fd), t1, UNKNOWN)
-            elif op in DUP_OPS:
+            elif op in DUP_SYSCALLS:
                 if ret >= 0:
                     at = self.fds.at(FdTable.key(tgid, fd), t0)
                     cloexec = (op == "dup3" and flags & O_CLOEXEC) or (op == "fcntl" and flags == F_DUPFD_CLOEXEC)
@@ -136,7 +138,7 @@ class Decoder:
                     path2[i] = second
                     if second and fids[i] < 0:
                         fids[i] = self.registry.file_id(tgid, second)  # renamed onto a traced path
-                if op in OPEN_OPS and ret >= 0:
+                if op in OPEN_SYSCALLS and ret >= 0:
                     self.fds.set(FdTable.key(tgid, ret), t1, fids[i], bool(flags & O_CLOEXEC))
                     self.registry.learn_ino(fids[i], tgid, ret)
                     if fids[i] < 0:
@@ -191,7 +193,7 @@ class Decoder:
 
     def _kept(self, sys, fids) -> np.ndarray:
         matched = fids >= 0
-        bookkeeping = np.isin(sys["op"], [OP_NUMBER[o] for o in BOOKKEEPING_OPS])
+        bookkeeping = np.isin(sys["op"], [OP_NUMBER[o] for o in BOOKKEEPING_SYSCALLS])
         self.unnamed += int(np.count_nonzero((fids == UNKNOWN) & np.isin(sys["op"], _FD_OP_NUMS)))
         return matched & ~bookkeeping
 

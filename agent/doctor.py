@@ -5,7 +5,7 @@ import os
 import sys
 
 from . import kernel
-from .probes import NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, XprtProbes
+from .probes import GROUPS
 
 
 def checks() -> list[tuple[str, str | None, str]]:
@@ -26,8 +26,8 @@ def checks() -> list[tuple[str, str | None, str]]:
                 f"kernel headers: {os.path.realpath(headers)} is not this kernel's own tree (a fallback): "
                 f"fine for tracepoint programs, kprobes walking structs would read garbage")
     out.append(("headers", hdr_reason, hdr_what))
-    for group in (SyscallProbes(), SunrpcProbes(), NfsProbes(), OwnerProbes(), XprtProbes()):
-        out.append((f"probe group {group.name}", group.can_run(), group.description))
+    for group in GROUPS:
+        out.append((f"probe group {group.name}", group().can_run(), group.description))
     return out
 
 

@@ -1,30 +1,26 @@
-"""Event layouts, declared once.
+"""Event layouts: the C structs and numpy decoding of the kernel events.
 
-Each event the BPF programs emit is declared here as an ordered list of
-(name, C type). From that one declaration come the C struct handed to BCC,
-the numpy dtype that decodes a whole ring-buffer span at once, and the Arrow
-types of the decoded columns. Nothing here imports bcc.
+Each event's fields are declared once, as plain data, in capture/events.py (the
+capture's tables take their columns from them); the agent-only events (in-flight
+calls, paths, process lifecycle) are declared here. From each declaration come the
+C struct handed to BCC, the numpy dtype that decodes a whole ring-buffer span at
+once, and the Arrow types of the decoded columns. Nothing here imports bcc.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
 
-# C scalar type -> (numpy type, arrow type). Timestamps are s64 so they land
-# in Arrow as int64 nanoseconds of CLOCK_MONOTONIC, as the capture format says.
-_SCALARS = {
-    "u8": (np.uint8, pa.uint8()),
-    "u16": (np.uint16, pa.uint16()),
-    "u32": (np.uint32, pa.uint32()),
-    "u64": (np.uint64, pa.uint64()),
-    "s32": (np.int32, pa.int32()),
-    "s64": (np.int64, pa.int64()),
-}
-_ARRAY = re.compile(r"^char\[(\d+)\]$")
+from slotscope.capture import events
+from slotscope.capture.events import C_STRING as _ARRAY
+from slotscope.capture.events import NFS_KINDS
+from slotscope.capture.syscalls import NFS_CALLS, OP_NUMBER
+
+# C scalar type -> numpy type (the Arrow types are the capture's: events.ARROW_TYPES).
+_NUMPY = {"u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "s32": np.int32, "s64": np.int64}
 
 
 @dataclass(frozen=True)
@@ -50,13 +46,12 @@ class Layout:
         spec = []
         for fname, ctype in self.fields:
             m = _ARRAY.match(ctype)
-            spec.append((fname, f"S{m.group(1)}") if m else (fname, _SCALARS[ctype][0]))
+            spec.append((fname, f"S{m.group(1)}") if m else (fname, _NUMPY[ctype]))
         # align=True reproduces the C compiler's padding on x86_64 and arm64.
         return np.dtype(spec, align=True)
 
     def arrow_type(self, fname: str) -> pa.DataType:
-        ctype = dict(self.fields)[fname]
-        return pa.string() if _ARRAY.match(ctype) else _SCALARS[ctype][1]
+        return events.arrow_type(dict(self.fields)[fname])
 
     @cached_property
     def _strings(self) -> tuple[str, ...]:
@@ -83,24 +78,7 @@ def _c_string(v: bytes) -> str:
     return v.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-# One row per traced syscall, emitted at sys_exit. ts_* are bpf_ktime_get_ns().
-SYS_EVENT = Layout("sys_event", (
-    ("ts_enter", "s64"),
-    ("ts_exit", "s64"),
-    ("ret", "s64"),        # returned bytes or fd, or -errno
-    ("count", "u64"),      # requested bytes (write: count; writev: sum of iov_len; ftruncate: length)
-    ("offset", "s64"),     # file offset for pwrite*/sync_file_range, else -1
-    ("nfs_ns", "u64"),     # time inside the NFS client's entry points (NFS_CALLS below)
-    ("tid", "u32"),
-    ("tgid", "u32"),
-    ("fd", "s32"),         # fd, or the directory fd of *at() calls (-100 = AT_FDCWD)
-    ("fd2", "s32"),        # second fd: new dirfd of renameat*, new fd of dup2/dup3
-    ("flags", "u32"),      # open flags, rename/unlink/stat flags, fcntl cmd
-    ("op", "u16"),         # an OP_* number below
-    ("nfs_calls", "u16"),  # which NFS entry points it went through: NFS_CALL_* bits
-    ("npaths", "u8"),      # how many path records follow in the path ring
-    ("partial", "u8"),     # 1 when writev's iovecs were only partly summed
-))
+SYS_EVENT = Layout("sys_event", events.SYS_FIELDS)
 
 # A syscall between its enter and exit, per thread (the `inflight` map, keyed by tid):
 # the agent reads the map to see who is blocked right now, and in what.
@@ -146,137 +124,20 @@ PROC_EVENT = Layout("proc_event", (
     ("kind", "u32"),       # PROC_NEWTASK / PROC_EXEC / PROC_EXIT
 ))
 
-# One row per RPC attempt (what /proc/self/mountstats counts as one op), emitted
-# with the kernel's accounting record (sunrpc tracepoints). Times are
-# bpf_ktime_get_ns(); 0 means the event was not seen. backlog/rtt/execute are the
-# kernel's own numbers (rpc_stats_latency); attempts is 1, or 0 for a task still
-# outstanding (complete = 0) or ended without accounting when recording stopped.
-RPC_EVENT = Layout("rpc_event", (
-    ("ts_begin", "s64"),
-    ("ts_end", "s64"),
-    ("ts_reserve_start", "s64"),   # first call_reserve: the slot wait begins
-    ("ts_reserved", "s64"),        # xprt_reserve: slot obtained, xid assigned
-    ("ts_transmit_start", "s64"),  # first call_transmit
-    ("ts_first_tx", "s64"),
-    ("ts_last_tx", "s64"),
-    ("backlog_us", "u64"),
-    ("rtt_us", "u64"),
-    ("execute_us", "u64"),
-    ("backlog_sleep_ns", "u64"),   # asleep on xprt_backlog (no transport slot)
-    ("session_sleep_ns", "u64"),   # asleep on the NFSv4.1 session slot table
-    ("sending_sleep_ns", "u64"),   # asleep on xprt_sending (transport write lock, cwnd)
-    ("pending_sleep_ns", "u64"),   # asleep on xprt_pending (waiting for the reply)
-    ("delay_sleep_ns", "u64"),     # rpc_delay (e.g. after NFS4ERR_DELAY, EJUKEBOX)
-    ("fileid", "u64"),             # WRITE/COMMIT/READ: the file (nfs_initiate_* just before the task)
-    ("lock_owner", "u64"),         # WRITE: its pages' lock owner, the writer's files_struct (nfs_owner group)
-    ("open_file", "u64"),          # WRITE: its pages' open file, a struct file (nfs_owner group)
-    ("io_offset", "s64"),
-    ("io_count", "u32"),
-    ("io_stable", "u32"),
-    ("io_dev", "u32"),             # the kernel's dev_t (major << 20 | minor)
-    ("task_id", "u32"),
-    ("client_id", "u32"),
-    ("xprt_id", "s32"),            # the transport it used (xprt group: kprobe on xprt_reserve); -1 unknown
-    ("xid", "u32"),
-    ("owner_tid", "u32"),          # current at rpc_task_begin (kworker/rpciod for async writeback)
-    ("owner_tgid", "u32"),
-    ("status", "s32"),
-    ("version", "u32"),
-    ("attempts", "u16"),
-    ("transmits", "u16"),
-    ("retransmits", "u16"),
-    ("timeouts", "u16"),
-    ("task_flags", "u16"),
-    ("complete", "u8"),            # 0: still outstanding when recording stopped
-    ("_pad", "u8"),
-    ("procname", "char[24]"),
-    ("progname", "char[16]"),
-))
+RPC_EVENT = Layout("rpc_event", events.RPC_FIELDS)
 
-# Slot-table occupancy per RPC client, emitted on every change (so no peak is
-# missed): tasks holding a transport slot, and tasks asleep on each queue.
-SLOT_EVENT = Layout("slot_event", (
-    ("ts", "s64"),
-    ("in_use", "s32"),        # reserved a slot (xprt_reserve) and not yet finished
-    ("backlog", "s32"),       # asleep on xprt_backlog: waiting for a slot
-    ("session_wait", "s32"),  # asleep on the NFSv4.1 session slot table
-    ("sending", "s32"),       # asleep on xprt_sending
-    ("pending", "s32"),       # asleep on xprt_pending: sent, waiting for the reply
-    ("client_id", "u32"),
-))
+SLOT_EVENT = Layout("slot_event", events.SLOT_FIELDS)
 
-# A transport's own slot counters (xprt group: kprobes on xprt_reserve and
-# xprt_free_slot), sampled as each task asks for a slot and as each is given back.
-XPRT_EVENT = Layout("xprt_event", (
-    ("ts", "s64"),
-    ("xprt_id", "u32"),            # struct rpc_xprt id: one per connection (nconnect makes several)
-    ("client_id", "u32"),          # the RPC client of the task that asked or gave back
-    ("num_reqs", "u32"),           # slots allocated (in use, plus up to min_reqs idle ones)
-    ("max_reqs", "u32"),           # the table's limit
-    ("min_reqs", "u32"),           # preallocated slots
-    ("backlog", "u32"),            # tasks waiting for a slot
-    ("sending", "u32"),            # tasks waiting to send
-    ("pending", "u32"),            # tasks waiting for a reply
-    ("alloc", "u8"),               # 1: sampled as a task asks for a slot, 0: as one is given back
-    ("_pad", "char[7]"),
-))
+XPRT_EVENT = Layout("xprt_event", events.XPRT_FIELDS)
 
-# Who writes through which open file with which files_struct (nfs_file_write kprobe),
-# once per change: joins a WRITE's lock owner and open file back to a process.
-OWNER_EVENT = Layout("owner_event", (
-    ("ts", "s64"),
-    ("files", "u64"),              # current->files: what the writer's lock contexts name
-    ("file", "u64"),               # the struct file written through: its open context's flock_owner
-    ("tid", "u32"),
-    ("tgid", "u32"),
-))
+OWNER_EVENT = Layout("owner_event", events.OWNER_FIELDS)
 
-# WRITE / COMMIT / READ as the NFS client issues and completes them (nfs tracepoints).
-NFS_EVENT = Layout("nfs_event", (
-    ("ts", "s64"),
-    ("fileid", "u64"),
-    ("offset", "s64"),
-    ("stable", "u64"),
-    ("count", "u32"),              # requested (arg_count)
-    ("res_count", "u32"),          # done (res_count), on completion
-    ("dev", "u32"),
-    ("status", "s32"),             # the RPC status (bytes on success for WRITE), on completion
-    ("tid", "u32"),
-    ("tgid", "u32"),
-    ("kind", "u32"),               # NFS_* below
-    ("_pad", "u32"),
-    ("verifier", "u64"),
-))
-NFS_WRITE_START, NFS_WRITE_DONE, NFS_COMMIT_START, NFS_COMMIT_DONE, NFS_READ_START, NFS_READ_DONE = range(1, 7)
-NFS_KINDS = {NFS_WRITE_START: "write_start", NFS_WRITE_DONE: "write_done", NFS_COMMIT_START: "commit_start",
-             NFS_COMMIT_DONE: "commit_done", NFS_READ_START: "read_start", NFS_READ_DONE: "read_done"}
+NFS_EVENT = Layout("nfs_event", events.NFS_FIELDS)
 
-# The NFS client's entry points a syscall can spend its time in (nfs:* tracepoints):
-# fsync (nfs_file_fsync), flush (nfs_wb_all: close() and the syncs before rename,
-# setattr...), getattr (stat of a file, which flushes it when dirty). Bit i = 1 << i.
-NFS_CALLS = ("fsync", "flush", "getattr")
 
 PROC_NEWTASK, PROC_EXEC, PROC_EXIT = 1, 2, 3
 CLONE_THREAD = 0x00010000
 
-# Syscalls by operation number. The order is the op number; the C program uses
-# the SYSOP_<NAME> constants generated from this list.
-OPS = (
-    "write", "pwrite64", "writev", "pwritev", "pwritev2",
-    "fsync", "fdatasync", "sync_file_range", "close",
-    "openat", "openat2", "creat",
-    "rename", "renameat", "renameat2", "unlink", "unlinkat",
-    "mkdir", "mkdirat", "newfstatat", "statx", "ftruncate",
-    "dup", "dup2", "dup3", "fcntl", "chdir", "fchdir", "close_range",
-)
-OP_NUMBER = {name: i + 1 for i, name in enumerate(OPS)}
-OP_NAME = {i: name for name, i in OP_NUMBER.items()}
-
-WRITE_OPS = frozenset({"write", "pwrite64", "writev", "pwritev", "pwritev2"})
-OPEN_OPS = frozenset({"openat", "openat2", "creat"})
-DUP_OPS = frozenset({"dup", "dup2", "dup3", "fcntl"})
-# Bookkeeping calls: they keep the fd table and cwd right, they are not rows.
-BOOKKEEPING_OPS = DUP_OPS | {"chdir", "fchdir", "close_range"}
 
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.

@@ -4,22 +4,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from importlib.metadata import PackageNotFoundError, version
 
-from slotscope.analyzer.capture import FORMAT_MAJOR
+from slotscope.capture.meta import new_meta, slotscope_version
 
 from .identity import redact_argv
 from .mounts import MountTable
 
 SUNRPC_SYSCTLS = ("tcp_slot_table_entries", "tcp_max_slot_table_entries", "udp_slot_table_entries",
                   "min_resvport", "max_resvport")
-
-
-def slotscope_version() -> str:
-    try:
-        return version("slotscope")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def clock_pair() -> dict[str, int]:
@@ -95,8 +87,7 @@ def nics() -> list[dict]:
 
 def start_meta(argv: list[str], filters: dict, probes: dict) -> dict:
     return {
-        "format": "slotscope-capture",
-        "schema_version": FORMAT_MAJOR,
+        **new_meta(),
         "slotscope_version": slotscope_version(),
         "host": socket.gethostname(),
         "boot_id": _read("/proc/sys/kernel/random/boot_id"),

@@ -15,13 +15,17 @@ import select
 import time
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Callable
 
 import numpy as np
 
+from slotscope.capture.syscalls import OPS
+
 from . import kernel
-from .layouts import (INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OPS, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT,
+from .layouts import (INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT,
                       SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .ringbuf import RingReader, record_size
+from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 BPF_ANY, BPF_NOEXIST = 0, 1
@@ -105,11 +109,25 @@ class Filters:
     cgroup: str | None = None                        # cgroup v2 directory
 
 
+@dataclass(frozen=True)
+class Stream:
+    """What a probe group's rings become in the capture: `build(drain, *records)` makes the rows
+    of `table` from one drain's records of `rings` (None: nothing to write). `drain` gives the
+    decoding state (drain.decoder, drain.clients, drain.now_ns). A stream is built when one of
+    its rings has records, or on every drain with `each_drain`."""
+    table: str
+    rings: tuple[str, ...]
+    build: Callable
+    each_drain: bool = False
+
+
 class ProbeGroup:
     name = ""
     description = ""
     source = ""                              # bpf/<source>
     rings: dict[str, tuple[Layout, int]] = {}  # ring -> (layout, pages, a power of two)
+    streams: tuple[Stream, ...] = ()
+    needs = ""                               # the group this one loads with, if any
     optional_tracepoints: tuple[tuple[str, str], ...] = ()
 
     def can_run(self) -> str | None:
@@ -131,6 +149,9 @@ class SyscallProbes(ProbeGroup):
     source = "syscalls.c"
     # The syscall ring absorbs ~50 ms of a 5 M events/s storm between two drains.
     rings = {"sys_ring": (SYS_EVENT, 4096), "path_ring": (PATH_EVENT, 1024), "proc_ring": (PROC_EVENT, 256)}
+    # Fed every drain: process exits are applied one drain late (their last calls may follow).
+    streams = (Stream("syscall", ("sys_ring", "path_ring", "proc_ring"),
+                      lambda d, sys, paths, procs: d.decoder.feed(sys, paths, procs), each_drain=True),)
 
     def available_syscalls(self) -> list[str]:
         return [op for op in OPS
@@ -178,6 +199,8 @@ class SunrpcProbes(ProbeGroup):
     # seconds of a busy transport's events, not within the drain period: each forced
     # wakeup is one more drain, as costly as the regular one.
     rings = {"rpc_ring": (RPC_EVENT, 1024), "slot_ring": (SLOT_EVENT, 1024)}
+    streams = (Stream("rpc", ("rpc_ring",), lambda d, ev: rpc_table(ev, d.clients, d.now_ns())),
+               Stream("slots", ("slot_ring",), lambda d, ev: slots_table(ev, d.clients)))
     required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]
@@ -199,6 +222,7 @@ class NfsProbes(ProbeGroup):
     description = "WRITE/COMMIT/READ sizes, offsets and stability (nfs:* tracepoints)"
     source = "nfs.c"
     rings = {"nfs_ring": (NFS_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
+    streams = (Stream("nfs_io", ("nfs_ring",), lambda d, ev: nfs_table(ev)),)
     required = [("nfs", ev) for ev in ("nfs_initiate_write", "nfs_writeback_done",
                                        "nfs_initiate_commit", "nfs_commit_done")]
     optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"),
@@ -239,6 +263,7 @@ class OwnerProbes(KprobeGroup):
                    "(kprobes on nfs_file_write, nfs_initiate_write)")
     source = "owners.c"
     rings = {"owner_ring": (OWNER_EVENT, 64)}
+    streams = (Stream("owners", ("owner_ring",), lambda d, ev: owners_table(ev)),)
     module = "nfs"
     functions = ("nfs_file_write", "nfs_initiate_write")
 
@@ -250,8 +275,14 @@ class XprtProbes(KprobeGroup):
                    "used (kprobes on xprt_reserve, xprt_free_slot)")
     source = "xprt.c"
     rings = {"xprt_ring": (XPRT_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
+    streams = (Stream("xprt", ("xprt_ring",), lambda d, ev: xprt_table(ev, d.clients)),)
+    needs = "sunrpc"
     module = "sunrpc"
     functions = ("xprt_reserve", "xprt_free_slot")
+
+
+# Every probe group, the syscall group (which every recording needs) first.
+GROUPS = (SyscallProbes, SunrpcProbes, NfsProbes, OwnerProbes, XprtProbes)
 
 
 def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":

@@ -14,24 +14,26 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from .capture_writer import CaptureWriteError, CaptureWriter
+from slotscope.capture.tables import AGENT, LOSS, PROCS
+from slotscope.capture.writer import CaptureWriteError, CaptureWriter
+
 from .decode import Decoder
 from .files import FileFilter, FileRegistry
 from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS, warm_up
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import (DRAIN_EVERY, Filters, KprobeGroup, NfsProbes, OwnerProbes, SunrpcProbes, SyscallProbes, XprtProbes,
-                     load)
-from .rpc_rows import ClientNames, nfs_table, owners_table, rpc_table, slots_table, xprt_table
+from .probes import DRAIN_EVERY, GROUPS, Filters, KprobeGroup, SyscallProbes, load
+from .rpc_rows import ClientNames, rpc_table
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
-from .tables import AGENT, LOSS, PROCS, SCHEMAS
 
 STATS_EVERY = 1.0       # s between blocked-call snapshots, identity and loss rows
 AGENT_EVERY = 5.0       # s between the agent's own rows: reading every program's run time
                         # costs ~3 ms (20x that under emulation), most of an idle agent's CPU
 BLOCKED_MIN_NS = 1_000_000_000   # a syscall in progress this long is 'blocked' in the snapshots
 STATUS_EVERY = 5.0
+# The tables the recorder writes itself; the probe groups' streams and the samplers write the rest.
+OWN_TABLES = ("procs", "blocked", "loss", "agent")
 
 
 class RecordError(Exception):
@@ -124,140 +126,38 @@ class HeldCommand:
 
 
 class Recorder:
+    """open() the probes and the capture, loop() draining them until a stop, finish() the
+    capture whatever happened; run() is the three."""
+
     def __init__(self, opts: RecordOptions, argv: list[str]):
         self.opts = opts
         self.argv = argv
         self.stop_reason: str | None = None
         self.events = 0
         self.rows = 0
+        self.stopped: dict | None = None       # the clock pair at the stop, before the probes detach
         self._loss_seen = dict.fromkeys(LOSS_COUNTERS, 0)
         self._last_stats = self._last_status = self._last_agent = time.monotonic()
         self._status_events = 0
+
+    now_ns = staticmethod(_monotonic_ns)       # for the streams' builders (probes.Stream)
 
     def _on_signal(self, signum, _frame):
         self.stop_reason = signal.Signals(signum).name
 
     def run(self) -> int:
-        opts = self.opts
-        file_filter = opts.file_filter()
-        syscalls = SyscallProbes()
-        reason = syscalls.can_run()
-        if reason:
-            raise RecordError(f"cannot trace syscalls: {reason}")
-        # The NFS groups are optional: a machine without NFS still records syscalls.
-        groups, skipped = [syscalls], {}
-        for group in (SunrpcProbes(), NfsProbes(), OwnerProbes(), XprtProbes()):
-            why = group.can_run()
-            if isinstance(group, XprtProbes) and "sunrpc" in skipped:
-                why = "needs the sunrpc group"
-            if why:
-                skipped[group.name] = why
-            else:
-                groups.append(group)
-        _refuse_traced_output(opts, file_filter)
-        if opts.cgroup and not os.path.isdir(opts.cgroup):
-            raise RecordError(f"--cgroup {opts.cgroup}: not a cgroup v2 directory")
-        for pid in opts.pids:
-            if not os.path.exists(f"/proc/{pid}"):
-                raise RecordError(f"--pid {pid}: no such process")
-
-        proc = HeldCommand(opts.command) if opts.command else None
-        tgids = list(opts.pids) + ([proc.pid] if proc else [])
+        self.open()
+        failure = None
         try:
-            writer = CaptureWriter(opts.output, SCHEMAS, opts.force, opts.group_readable)
-        except CaptureWriteError as exc:
-            if proc:
-                proc.kill()
-            raise RecordError(str(exc)) from None
-        if writer.replaced:
-            self._say(f"--force: replaced the earlier capture in {opts.output} ({writer.replaced} files)")
-        meta = start_meta(self.argv, {
-            "paths": list(file_filter.prefixes),
-            "fs": sorted(file_filter.fstypes) if file_filter.fstypes else "any",
-            "pids": opts.pids, "cgroup": opts.cgroup, "command": bool(opts.command),
-        }, {"attached": {}, "skipped": skipped})
-        filters = Filters(tgids=tgids, cgroup=opts.cgroup)
-        try:
-            loaded, groups = self._load(groups, filters, skipped)
-        except Exception as exc:
-            if proc:
-                proc.kill()
-            writer.close()
-            raise RecordError(f"loading the syscall probes failed: {exc}") from None
-        meta["probes"]["attached"] = {g.name: (loaded.syscalls if g is syscalls else True) for g in groups}
-        writer.write_meta(meta)
-
-        registry = FileRegistry(file_filter)
-        self.identities = Identities()
-        self.decoder = Decoder(registry, self.identities, loaded.ignore_fd, nfs_calls="nfs" in loaded.groups)
-        self.decoder.fds.scan_proc(registry, tgids or None)
-        # A signal ends the drain loop's wait at once: Ctrl-C, SIGTERM, and (SIGCHLD) the end
-        # of the traced command. Python writes each to the pipe, which the wait polls.
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-        loaded.wake_on(wake_r)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        self.clients = ClientNames()
-        self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
-        deadline = time.monotonic() + opts.duration if opts.duration else None
-        exit_code = 0
-        failure = stopped = None
-        try:
-            # Before saying "recording": pyarrow's and numpy's lazy start-up (seconds under
-            # emulation) must not open a gap in the samples or slow the first save traced.
-            warm_up()
-            self._drain(loaded, writer)
-            if proc is not None:
-                proc.release()
-            self._say(f"recording to {opts.output} ({len(loaded.syscalls)} syscalls"
-                      f"{', ' + ', '.join(loaded.groups[1:]) if len(loaded.groups) > 1 else ''}"
-                      f"{', command pid %d' % proc.pid if proc else ''}); Ctrl-C to stop")
-            while self.stop_reason is None:
-                self._drain(loaded, writer)
-                if proc is not None and proc.poll() is not None:
-                    self.stop_reason = "command exited"
-                elif deadline and time.monotonic() >= deadline:
-                    self.stop_reason = "duration reached"
-                else:
-                    loaded.wait(min(DRAIN_EVERY, deadline - time.monotonic()) if deadline else DRAIN_EVERY)
-                    _empty(wake_r)
-            self._drain(loaded, writer)   # what arrived before the probes go away
-            self._write_blocked(loaded, writer)
-            self._write_agent(loaded, writer, time.monotonic())    # the totals, however short the capture
-            stopped = clock_pair()       # detaching the probes below takes seconds
-            meta["mountstats_stop"] = nfs_mountstats()
-            outstanding = loaded.outstanding_rpcs()
-            if outstanding.size:
-                writer.append("rpc", rpc_table(outstanding, self.clients, _monotonic_ns()))
+            self.loop()
         except CaptureWriteError as exc:
             failure = str(exc)
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.set_wakeup_fd(-1)
-            os.close(wake_r)
-            os.close(wake_w)
-            meta["probes"]["runtime"] = loaded.program_runtime()   # what each probe cost, over the capture
-            loaded.close()
-            for name, rows in self.samplers.stop():
-                if failure is None:
-                    writer.append(name, rows)
-            try:
-                if failure is None:
-                    self._flush_identities(writer, final=True)
-                self.identities.reader.stop()
-                meta["stop"] = stopped or clock_pair()
-                meta["stop_reason"] = failure or self.stop_reason
-                meta["totals"] = {"events": self.events, "rows": self.rows,
-                                  "lost": self._loss_seen, "unnamed_fd_rows": self.decoder.unnamed}
-                writer.write_meta(meta)
-            except CaptureWriteError as exc:
-                failure = failure or str(exc)
-            writer.close()
+            failure = self.finish(failure)
         if failure:
             raise RecordError(failure)
+        exit_code = 0
+        proc = self.proc
         if proc is not None:
             if proc.poll() is None and self.stop_reason in ("SIGINT", "SIGTERM"):
                 proc.wait(timeout=2)   # it got the same Ctrl-C from the terminal, most likely
@@ -265,8 +165,141 @@ class Recorder:
                 exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         lost = sum(self._loss_seen.values())
         self._say(f"stopped ({self.stop_reason}): {self.events} events, {self.rows} rows, "
-                  f"{lost} lost, capture in {opts.output}")
+                  f"{lost} lost, capture in {self.opts.output}")
         return exit_code
+
+    def open(self) -> None:
+        """Check the options, hold the traced command, create the capture, load the probes and
+        set up what the loop needs; a failure is a RecordError and leaves nothing running."""
+        opts = self.opts
+        file_filter = opts.file_filter()
+        groups, skipped = self._groups()
+        _refuse_traced_output(opts, file_filter)
+        if opts.cgroup and not os.path.isdir(opts.cgroup):
+            raise RecordError(f"--cgroup {opts.cgroup}: not a cgroup v2 directory")
+        for pid in opts.pids:
+            if not os.path.exists(f"/proc/{pid}"):
+                raise RecordError(f"--pid {pid}: no such process")
+
+        self.proc = proc = HeldCommand(opts.command) if opts.command else None
+        tgids = list(opts.pids) + ([proc.pid] if proc else [])
+        try:
+            self.writer = writer = CaptureWriter(opts.output, opts.force, opts.group_readable)
+        except CaptureWriteError as exc:
+            if proc:
+                proc.kill()
+            raise RecordError(str(exc)) from None
+        if writer.replaced:
+            self._say(f"--force: replaced the earlier capture in {opts.output} ({writer.replaced} files)")
+        self.meta = meta = start_meta(self.argv, {
+            "paths": list(file_filter.prefixes),
+            "fs": sorted(file_filter.fstypes) if file_filter.fstypes else "any",
+            "pids": opts.pids, "cgroup": opts.cgroup, "command": bool(opts.command),
+        }, {"attached": {}, "skipped": skipped})
+        try:
+            self.loaded, groups = self._load(groups, Filters(tgids=tgids, cgroup=opts.cgroup), skipped)
+        except Exception as exc:
+            if proc:
+                proc.kill()
+            writer.close()
+            raise RecordError(f"loading the syscall probes failed: {exc}") from None
+        loaded = self.loaded
+        meta["probes"]["attached"] = {g.name: (loaded.syscalls if isinstance(g, SyscallProbes) else True)
+                                      for g in groups}
+        writer.write_meta(meta)
+        self.streams = [stream for g in groups for stream in g.streams]
+
+        registry = FileRegistry(file_filter)
+        self.identities = Identities()
+        self.decoder = Decoder(registry, self.identities, loaded.ignore_fd, nfs_calls="nfs" in loaded.groups)
+        self.decoder.fds.scan_proc(registry, tgids or None)
+        # A signal ends the drain loop's wait at once: Ctrl-C, SIGTERM, and (SIGCHLD) the end
+        # of the traced command. Python writes each to the pipe, which the wait polls.
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        loaded.wake_on(self._wake_r)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.clients = ClientNames()
+        self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
+
+    def _groups(self) -> tuple[list, dict]:
+        """The probe groups that can run here, and why each other one cannot. The syscall group
+        is required; the others are optional: a machine without NFS still records syscalls."""
+        groups, skipped = [], {}
+        for make in GROUPS:
+            group = make()
+            why = group.can_run()
+            if group.needs and group.needs in skipped:
+                why = f"needs the {group.needs} group"
+            if why and isinstance(group, SyscallProbes):
+                raise RecordError(f"cannot trace syscalls: {why}")
+            if why:
+                skipped[group.name] = why
+            else:
+                groups.append(group)
+        return groups, skipped
+
+    def loop(self) -> None:
+        """Release the traced command and drain until a stop: a signal, the command's end or
+        --duration; then the last rows, taken while the probes are still attached."""
+        opts, loaded, proc = self.opts, self.loaded, self.proc
+        deadline = time.monotonic() + opts.duration if opts.duration else None
+        # Before saying "recording": pyarrow's and numpy's lazy start-up (seconds under
+        # emulation) must not open a gap in the samples or slow the first save traced.
+        warm_up()
+        self._drain()
+        if proc is not None:
+            proc.release()
+        self._say(f"recording to {opts.output} ({len(loaded.syscalls)} syscalls"
+                  f"{', ' + ', '.join(loaded.groups[1:]) if len(loaded.groups) > 1 else ''}"
+                  f"{', command pid %d' % proc.pid if proc else ''}); Ctrl-C to stop")
+        while self.stop_reason is None:
+            self._drain()
+            if proc is not None and proc.poll() is not None:
+                self.stop_reason = "command exited"
+            elif deadline and time.monotonic() >= deadline:
+                self.stop_reason = "duration reached"
+            else:
+                loaded.wait(min(DRAIN_EVERY, deadline - time.monotonic()) if deadline else DRAIN_EVERY)
+                _empty(self._wake_r)
+        self._drain()   # what arrived before the probes go away
+        self._write_blocked()
+        self._write_agent(time.monotonic())    # the totals, however short the capture
+        self.stopped = clock_pair()            # detaching the probes below takes seconds
+        self.meta["mountstats_stop"] = nfs_mountstats()
+        outstanding = loaded.outstanding_rpcs()
+        if outstanding.size:
+            self.writer.append("rpc", rpc_table(outstanding, self.clients, _monotonic_ns()))
+
+    def finish(self, failure: str | None) -> str | None:
+        """Detach the probes, restore the signals, write the last rows and the stop record, close
+        the capture; after a write failure, only what can still be said. -> the failure, if any."""
+        writer, meta, loaded = self.writer, self.meta, self.loaded
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        meta["probes"]["runtime"] = loaded.program_runtime()   # what each probe cost, over the capture
+        loaded.close()
+        for name, rows in self.samplers.stop():
+            if failure is None:
+                writer.append(name, rows)
+        try:
+            if failure is None:
+                self._flush_identities(final=True)
+            self.identities.reader.stop()
+            meta["stop"] = self.stopped or clock_pair()
+            meta["stop_reason"] = failure or self.stop_reason
+            meta["totals"] = {"events": self.events, "rows": self.rows,
+                              "lost": self._loss_seen, "unnamed_fd_rows": self.decoder.unnamed}
+            writer.write_meta(meta)
+        except CaptureWriteError as exc:
+            failure = failure or str(exc)
+        writer.close()
+        return failure
 
     @staticmethod
     def _start_samplers(probes: dict) -> dict:
@@ -299,40 +332,33 @@ class Recorder:
         return load(attempts[-1], filters), attempts[-1]
 
     # ---- the drain ----
-    def _drain(self, loaded, writer: CaptureWriter) -> None:
-        batch = loaded.read_batch()
+    def _drain(self) -> None:
+        batch = self.loaded.read_batch()
         self.events += sum(arr.size for arr in batch.values())
-        if batch.get("rpc_ring") is not None and batch["rpc_ring"].size:
-            writer.append("rpc", rpc_table(batch["rpc_ring"], self.clients, _monotonic_ns()))
-        if batch.get("slot_ring") is not None and batch["slot_ring"].size:
-            writer.append("slots", slots_table(batch["slot_ring"], self.clients))
-        if batch.get("nfs_ring") is not None and batch["nfs_ring"].size:
-            writer.append("nfs_io", nfs_table(batch["nfs_ring"]))
-        if batch.get("xprt_ring") is not None and batch["xprt_ring"].size:
-            writer.append("xprt", xprt_table(batch["xprt_ring"], self.clients))
-        if batch.get("owner_ring") is not None and batch["owner_ring"].size:
-            writer.append("owners", owners_table(batch["owner_ring"]))
-        table = self.decoder.feed(batch["sys_ring"], batch["path_ring"], batch["proc_ring"])
-        if table is not None:
-            writer.append("syscall", table)
-            self.rows += table.num_rows
+        for stream in self.streams:
+            records = [batch[ring] for ring in stream.rings]
+            if stream.each_drain or any(r.size for r in records):
+                rows = stream.build(self, *records)
+                if rows is not None:
+                    self.writer.append(stream.table, rows)
+                    self.rows += rows.num_rows
         for name, rows in self.samplers.drain():
-            writer.append(name, rows)
+            self.writer.append(name, rows)
         now = time.monotonic()
         if now - self._last_stats >= STATS_EVERY:
-            self._flush_identities(writer)
-            self._write_blocked(loaded, writer)
-            self._write_loss(loaded, writer, now)
+            self._flush_identities()
+            self._write_blocked()
+            self._write_loss(now)
         if now - self._last_agent >= AGENT_EVERY:
-            self._write_agent(loaded, writer, now)
-        writer.tick()
+            self._write_agent(now)
+        self.writer.tick()
         if self.opts.status and now - self._last_status >= STATUS_EVERY:
             rate = (self.events - self._status_events) / (now - self._last_status)
             self._last_status, self._status_events = now, self.events
             self._say(f"{rate / 1000:.1f}k events/s, {sum(self._loss_seen.values())} lost, "
-                      f"{self.rows} rows, {writer.size_bytes() / 2**20:.1f} MiB")
+                      f"{self.rows} rows, {self.writer.size_bytes() / 2**20:.1f} MiB")
 
-    def _flush_identities(self, writer: CaptureWriter, final: bool = False) -> None:
+    def _flush_identities(self, final: bool = False) -> None:
         idents = self.identities.collect(_monotonic_ns())
         if final:  # the last reads are on their way; the watchdog bounds the wait
             end = time.monotonic() + READ_TIMEOUT + 0.5
@@ -341,24 +367,24 @@ class Recorder:
                 idents += self.identities.collect(_monotonic_ns())
         if not idents:
             return
-        writer.append("procs", pa.Table.from_pylist([{
+        self.writer.append("procs", pa.Table.from_pylist([{
             "ts": i.first_seen, "tgid": i.tgid, "ppid": i.ppid, "comm": i.comm, "cmdline": i.cmdline,
             "cgroup": i.cgroup, "rank": i.rank, "local_rank": i.local_rank, "world_size": i.world_size,
             "rank_env": list(i.env.items()), "rank_source": i.rank_source,
             "inherited_from": i.inherited_from, "complete": i.complete,
         } for i in idents], schema=PROCS))
 
-    def _write_blocked(self, loaded, writer: CaptureWriter) -> None:
+    def _write_blocked(self) -> None:
         now = _monotonic_ns()
-        rows = self.decoder.blocked(*loaded.in_flight(), now, BLOCKED_MIN_NS)
+        rows = self.decoder.blocked(*self.loaded.in_flight(), now, BLOCKED_MIN_NS)
         if rows is not None:
-            writer.append("blocked", rows)
+            self.writer.append("blocked", rows)
 
-    def _write_loss(self, loaded, writer: CaptureWriter, now: float) -> None:
+    def _write_loss(self, now: float) -> None:
         ts = _monotonic_ns()
         interval = int((now - self._last_stats) * 1e9)
         self._last_stats = now
-        totals = loaded.loss_totals()
+        totals = self.loaded.loss_totals()
         rows = []
         for name, total in totals.items():
             delta = total - self._loss_seen[name]
@@ -367,18 +393,18 @@ class Recorder:
                              "counter": name, "lost": delta})
         self._loss_seen = totals
         if rows:
-            writer.append("loss", pa.Table.from_pylist(rows, schema=LOSS))
+            self.writer.append("loss", pa.Table.from_pylist(rows, schema=LOSS))
 
-    def _write_agent(self, loaded, writer: CaptureWriter, now: float) -> None:
+    def _write_agent(self, now: float) -> None:
         self._last_agent = now
         ts = _monotonic_ns()
         ru = resource.getrusage(resource.RUSAGE_SELF)
         with open("/proc/self/statm") as f:
             rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        writer.append("agent", pa.Table.from_pylist([{
+        self.writer.append("agent", pa.Table.from_pylist([{
             "ts": ts, "cpu_user_ns": int(ru.ru_utime * 1e9), "cpu_sys_ns": int(ru.ru_stime * 1e9),
             "rss_bytes": rss, "events": self.events, "rows": self.rows,
-            "capture_bytes": writer.size_bytes(), **loaded.bpf_runtime(),
+            "capture_bytes": self.writer.size_bytes(), **self.loaded.bpf_runtime(),
         }], schema=AGENT))
 
     def _say(self, text: str) -> None:

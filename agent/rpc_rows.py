@@ -8,8 +8,10 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, NFS_KINDS, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT, Distinct, per_value
-from .tables import NFS_IO, OWNERS, RPC, SLOTS, XPRT
+from slotscope.capture.events import NFS_KINDS
+from slotscope.capture.tables import NFS_IO, OWNERS, RPC, SLOTS, XPRT
+
+from .layouts import NFS_EVENT, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT, Distinct, per_value
 
 DEBUGFS_CLIENTS = "/sys/kernel/debug/sunrpc/rpc_clnt"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 import queue
-import re
 import select
 import socket
 import threading
@@ -16,14 +15,10 @@ import time
 
 import pyarrow as pa
 
-from slotscope.analyzer.kernel_log import continues_report
+from slotscope.capture.kmsg import KmsgFilter
+from slotscope.capture.tables import schema
 
 from .mounts import MountTable
-from .tables import KMSG, NETDEV
-
-# Kernel log lines worth keeping: NFS and RPC client and server messages, hung tasks.
-KMSG_PATTERN = re.compile(r"\bnfs|\brpc|\bsunrpc|lockd|not responding|hung_task|blocked for more than", re.I)
-HUNG_TASK = "blocked for more than"
 
 
 def _monotonic_ns() -> int:
@@ -168,18 +163,6 @@ def _speed_bps(iface: str) -> int | None:
     return mbps * 1_000_000 if 0 < mbps < 0xFFFFFFFF else None   # ~0: SPEED_UNKNOWN
 
 
-class KmsgFilter:
-    """Which kernel log lines to keep: NFS/RPC lines, and hung-task reports with their whole
-    call trace (its frames say where the task waits, NFS or not)."""
-
-    def __init__(self):
-        self._in_report = False
-
-    def keep(self, message: str) -> bool:
-        self._in_report = (self._in_report and continues_report(message)) or HUNG_TASK in message
-        return self._in_report or bool(KMSG_PATTERN.search(message))
-
-
 class KmsgReader:
     """NFS/RPC lines of the kernel log from the moment recording starts. /dev/kmsg
     stamps records with the kernel's local clock in µs, which is CLOCK_MONOTONIC
@@ -220,7 +203,7 @@ class SamplerThread:
     only writer, makes one table of each kind per drain (a table per sample, five a second,
     was a tenth of the agent's CPU under emulation)."""
 
-    SCHEMAS = {"netdev": NETDEV, "kmsg": KMSG}
+    TABLES = ("netdev", "kmsg")     # what it samples into
 
     def __init__(self, samplers: dict):
         self.samplers = samplers
@@ -252,7 +235,7 @@ class SamplerThread:
             except queue.Empty:
                 break
             rows.setdefault(name, []).extend(got)
-        return [(name, pa.Table.from_pylist(r, schema=self.SCHEMAS[name])) for name, r in rows.items() if r]
+        return [(name, pa.Table.from_pylist(r, schema=schema(name))) for name, r in rows.items() if r]
 
     def stop(self) -> list[tuple[str, pa.Table]]:
         self._stop.set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from slotscope.analyzer.capture import FORMAT_MAJOR
+from slotscope.capture.format import FORMAT_MAJOR
 
 from .attribution import attributed_rpcs
 from .findings import Context, find, verdict

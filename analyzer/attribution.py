@@ -22,11 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .calls import file_calls
-from .job import WRITE_SYSCALLS, Job, with_host
+from slotscope.capture.syscalls import OPEN_SYSCALLS, WRITE_SYSCALLS
+
+from .job import Job, with_host
 
 # Who writes a file: its write calls, and the open that created or truncated it. Taken
 # from when each call began: writeback can start before a large write() returns.
-WRITER_SYSCALLS = WRITE_SYSCALLS + ("openat", "openat2", "creat")
+WRITER_SYSCALLS = WRITE_SYSCALLS + OPEN_SYSCALLS
 # How an RPC's writer was found, best first (see _attribute).
 METHODS = ("lock_context", "open_file", "direct", "inode", "unknown")
 

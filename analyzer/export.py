@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .capture import TABLE_MAJOR, Capture, CaptureError
+from slotscope.capture.reader import Capture, CaptureError
+from slotscope.capture.tables import TABLES, TIME_COLUMNS
 
 # Microseconds, not ns: Spark (through 4.x) refuses Parquet TIMESTAMP(NANOS) ("Illegal Parquet
 # type"), and the clock pair is only good to a few µs anyway (meta.json's uncertainty_ns). The
@@ -31,14 +32,6 @@ from .capture import TABLE_MAJOR, Capture, CaptureError
 UTC_TYPE = pa.timestamp("us", tz="UTC")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-# Monotonic-ns columns that get a `<col>_utc` twin; 0 means "not seen" and stays null.
-TIME_COLUMNS = {
-    "syscall": ("ts_enter", "ts_exit"),
-    "rpc": ("ts_begin", "ts_end", "ts_reserve_start", "ts_reserved", "ts_transmit_start",
-            "ts_first_tx", "ts_last_tx"),
-    "slots": ("ts",), "netdev": ("ts",), "nfs_io": ("ts",), "kmsg": ("ts",),
-    "procs": ("ts",), "loss": ("ts",), "agent": ("ts",),
-}
 
 
 class ExportError(Exception):
@@ -174,7 +167,7 @@ def export_parquet(paths: list[str], out_dir: str, force: bool = False) -> dict:
         for cap, host, capture_id, offset in caps:
             part = os.path.join(_host_dir(host), f"part-{capture_id}.parquet")
             for name in cap.tables():
-                table = cap.read(name) if name in TABLE_MAJOR else None   # known names only: safe paths
+                table = cap.read(name) if name in TABLES else None   # known names only: safe paths
                 if table is None:
                     continue
                 out.write(os.path.join(name, part), _prepare(table, name, capture_id, offset))

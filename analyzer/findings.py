@@ -15,10 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slotscope.capture.syscalls import FLUSH_SYSCALLS, METADATA_SYSCALLS, WRITE_SYSCALLS
+
 from .attribution import attributed_writes
 from .calls import file_calls
-from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
-from .ranks import FLUSH_SYSCALLS, RANK_KEYS, blocked_calls, rank_key, with_identity
+from .job import Job, iso_utc, with_host
+from .ranks import RANK_KEYS, blocked_calls, rank_key, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
@@ -27,8 +29,6 @@ from .units import pct, rate, size
 CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "straggler_rank", "flush_commit_stall",
           "small_sync_writes", "metadata_storm")
 SEVERITIES = ("critical", "warning", "info")
-METADATA_SYSCALLS = ("openat", "openat2", "creat", "newfstatat", "statx", "rename", "renameat", "renameat2",
-                     "unlink", "unlinkat", "mkdir", "mkdirat")
 STABLE_NAMES = {0: "UNSTABLE", 1: "DATA_SYNC", 2: "FILE_SYNC"}
 S = 1_000_000_000
 

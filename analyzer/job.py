@@ -8,17 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .capture import Capture, open_captures
-
-WRITE_SYSCALLS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
-
-
-def utc_offset_ns(meta: dict) -> int:
-    pair = meta.get("start") or {}
-    if "realtime_ns" not in pair or "monotonic_ns" not in pair:
-        return 0
-    return int(pair["realtime_ns"]) - int(pair["monotonic_ns"])
-
+from slotscope.capture.meta import utc_offset_ns
+from slotscope.capture.reader import Capture, open_captures
 
 def iso_utc(ns: int | None) -> str | None:
     from datetime import datetime, timezone

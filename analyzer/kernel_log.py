@@ -18,6 +18,8 @@ import zoneinfo
 
 import pyarrow as pa
 
+from slotscope.capture.kmsg import FRAME, REPORT_LINE
+
 LOG_SCHEMA = pa.schema([
     ("ts_mono_ns", pa.int64()), ("ts_utc_ns", pa.int64()), ("host", pa.string()), ("message", pa.string()),
 ])
@@ -184,19 +186,8 @@ EVENTS = [
     # other sunrpc/NFS lines: "RPC: ...", "NFS: ...", "NFSD: ...", "lockd: ...", "xs_tcp_setup_socket: ..."
     ("rpc_error", re.compile(r"(?:RPC|NFS\w*|nfs\w*|lockd|sunrpc|svc\w*|xs_\w+|rpc\w*)(?:\[\d+\])?:")),
 ]
-# A call-trace frame: " ? rpc_wait_bit_killable+0x11/0x70 [sunrpc]" (old kernels: "[<ffff..>] fn+..").
-_FRAME = re.compile(r"\s*(?:\[<[0-9a-f]+>\] )?(?:\? )?(?P<fn>[A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
-                    r"(?: \[(?P<mod>\w+)(?: [0-9a-f]+)?\])?")
-# Lines of a hung-task report that are not frames and do not end it.
-_REPORT_LINE = re.compile(r'\s*(?:Not tainted|Tainted:|"echo 0 >|task:|Call [Tt]race:|</?(?:TASK|IRQ|NMI|EOI)>'
-                          r"|(?:RIP|RSP|RAX|RBX|RCX|RDX|RSI|RDI|RBP|R\d\d?|FS|GS|CS|CR\d|DR\d): )")
 _NFS_FUNCTION = re.compile(r"nfs|rpc|xprt|lockd", re.I)
 _NFS_MODULES = re.compile(r"nfs\w*|sunrpc|lockd|rpcsec\w*")
-
-
-def continues_report(text: str) -> bool:
-    """A line that belongs to the hung-task report before it (a frame, or a header line)."""
-    return bool(_FRAME.match(text) or _REPORT_LINE.match(text))
 
 
 def fingerprints(messages: pa.Table) -> pa.Table:
@@ -219,13 +210,13 @@ def fingerprints(messages: pa.Table) -> pa.Table:
         text = msg[i] or ""
         report = open_report.get(host[i])
         if report is not None:
-            frame = _FRAME.match(text)
+            frame = FRAME.match(text)
             if frame:
                 report["functions"].append(frame["fn"])
                 report["nfs_related"] |= bool(_NFS_FUNCTION.search(frame["fn"])
                                               or (frame["mod"] and _NFS_MODULES.fullmatch(frame["mod"])))
                 continue
-            if _REPORT_LINE.match(text):
+            if REPORT_LINE.match(text):
                 continue
             del open_report[host[i]]
         stripped = text.lstrip()

@@ -6,10 +6,10 @@ import pyarrow.compute as pc
 
 from .attribution import attributed_writes
 from .calls import file_calls
-from .job import WRITE_SYSCALLS, Job, iso_utc, with_host
+from slotscope.capture.syscalls import FLUSH_SYSCALLS, WRITE_SYSCALLS
 
-# Calls that wait for dirty pages to reach the server (NFS flushes on close: close-to-open).
-FLUSH_SYSCALLS = ("close", "fsync", "fdatasync", "sync_file_range")
+from .job import Job, iso_utc, with_host
+
 RANK_KEYS = ["host", "rank", "solo"]
 
 

@@ -24,7 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .job import WRITE_SYSCALLS, Job
+from slotscope.capture.syscalls import WRITE_SYSCALLS
+
+from .job import Job
 from .ranks import rank_key, syscall_rows, with_identity
 from .report_text import _clock, _value, rank_ranges
 from .units import pct, size

@@ -15,7 +15,6 @@ capture's time axis.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -23,10 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from slotscope.capture.meta import start_ns
+from slotscope.capture.reader import Capture, SegmentCache
+from slotscope.capture.syscalls import WRITE_SYSCALLS
+
 from .analysis import analyze
 from .attribution import attributed_rpcs
-from .capture import Capture
-from .job import WRITE_SYSCALLS, Job
+from .job import Job
 from .ranks import RANK_KEYS, rank_key, with_identity
 from .rpcs import by_proc
 from .transports import transport_table
@@ -40,50 +42,6 @@ END_COLUMNS = {"syscall": "ts_exit", "rpc": "ts_end", "blocked": "ts", "agent": 
 RECENT_NS = 5_000_000_000          # "slowest recent": syscalls that ended in the last 5 s
 SNAPSHOT_FRESH_NS = 2_000_000_000  # a blocked snapshot older than this says nothing about "now"
 BLOCKED_SHOWN_NS = 100_000_000     # a call in progress for less than this is not "blocked"
-CHUNKS_BEFORE_COMBINE = 32         # a live table's segments are merged into one chunk past this
-
-
-def start_ns(meta: dict) -> int:
-    return int((meta.get("start") or {}).get("monotonic_ns") or 0)
-
-
-class SegmentCache:
-    """The finished segments of one capture already read, per table: a capture that grows is
-    re-read by reading only its new segments (a recording closes one about every second)."""
-
-    def __init__(self):
-        self.tables: dict[str, tuple[frozenset, pa.Table | None]] = {}
-        self.newest_mtime = 0.0
-
-    def read(self, capture: Capture, table: str) -> pa.Table | None:
-        segs = capture.segments(table)
-        seen, have = self.tables.get(table, (frozenset(), None))
-        new = [s for s in segs if s not in seen]
-        if not new and table in self.tables:
-            return have
-        parts = [have] if have is not None else []
-        for seg in new:
-            try:
-                self.newest_mtime = max(self.newest_mtime, os.stat(seg).st_mtime)
-            except OSError:
-                pass
-            t = capture._read_segment(table, seg)
-            if t is not None and t.num_rows:
-                parts.append(t)
-        if not parts:
-            full = None
-        elif len(parts) == 1:
-            full = parts[0]
-        else:
-            from .capture import CaptureError
-            try:
-                full = pa.concat_tables(parts, promote_options="permissive")
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise CaptureError(f"{capture.path}/{table}: segments with incompatible schemas ({exc})") from None
-            if full.column(0).num_chunks > CHUNKS_BEFORE_COMBINE:
-                full = full.combine_chunks()
-        self.tables[table] = (seen | frozenset(new), full)
-        return full
 
 
 @dataclass
@@ -171,11 +129,11 @@ class JobSource:
             cap = Capture.open(v.path)
             cap.problems = v.capture.problems
             view = CaptureAt(cap, segments=v.segments)
-            before = {name: v.segments.tables.get(name, (frozenset(), None))[0] for name in v.segments.tables}
+            before = {name: v.segments.seen(name) for name in v.segments.tables}
             changed |= cap.meta != v.capture.meta
             for name in before:
                 view.full(name)
-                changed |= v.segments.tables[name][0] != before[name]
+                changed |= v.segments.seen(name) != before[name]
             for name in cap.tables():
                 if name not in before and cap.segments(name):
                     changed = True

@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from slotscope.agent.capture_writer import CaptureWriter  # noqa: E402
-from slotscope.agent.tables import PROCS, RPC, SCHEMAS, SLOTS, SYSCALL  # noqa: E402
+from slotscope.capture.writer import CaptureWriter  # noqa: E402
+from slotscope.capture.tables import PROCS, RPC, SLOTS, SYSCALL# noqa: E402
 from slotscope.analyzer.attribution import WRITER_SYSCALLS  # noqa: E402
 
 SEGMENT_ROWS = 2_000_000
@@ -114,7 +114,7 @@ def slot_segment(rng, n: int, t0: int, span: int) -> pa.Table:
 def generate(path: str, rows: int, ranks: int) -> dict:
     rng = np.random.default_rng(7)
     span = 600_000_000_000                       # a 10-minute save
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta(span))
     counts = {"syscall": 0, "rpc": 0, "slots": 0}
     w.append("procs", pa.Table.from_pylist([
@@ -170,7 +170,7 @@ def run_yardstick(path: str) -> float:
     """Wall s of one per-rank group-by of the syscall rows in pyarrow, on the same mapped files:
     what the goal was set against (160-190 M rows/s when it was written). This machine's
     speed varies by 2x from hour to hour; the ratio to this moves less."""
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     sc = Capture.open(path).read("syscall")
     t = time.perf_counter()
     sc.group_by("tgid").aggregate([("latency_ns", "count"), ("latency_ns", "sum"), ("bytes", "sum")])
@@ -243,7 +243,7 @@ def main() -> int:
             size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
             print(f"generated {sum(counts.values()):,} rows ({counts}) in {time.perf_counter() - t:.1f} s, "
                   f"{size / 2**30:.1f} GiB")
-        from slotscope.analyzer.capture import Capture
+        from slotscope.capture.reader import Capture
         cap = Capture.open(path)
         rows = sum(cap.read(t).num_rows for t in ("syscall", "rpc", "slots"))
         sc_rows, rpc_rows = cap.read("syscall").num_rows, cap.read("rpc").num_rows

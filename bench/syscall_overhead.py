@@ -58,7 +58,7 @@ def with_agent(work: str, seconds: float, trace_prefix: str, rate: float = 0) ->
     """-> (the writer's write()s per second, the capture's totals, the writer's and the
     agent's CPU seconds while the writer ran)."""
     cap = os.path.join(work, f"cap-{len(os.listdir(work))}")
-    agent = subprocess.Popen([sys.executable, "-m", "slotscope.agent.cli", "record", "-o", cap,
+    agent = subprocess.Popen([sys.executable, "-m", "slotscope.cli", "record", "-o", cap,
                               "--path", trace_prefix, "-q"], stderr=subprocess.PIPE, text=True)
     line = agent.stderr.readline()
     if "recording" not in line:

@@ -35,8 +35,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import SCHEMAS
+from slotscope.capture.tables import schema
+from slotscope.capture.writer import CaptureWriter
 
 S = 1_000_000_000
 T0 = 1_000_000_000                # monotonic ns of the capture's start
@@ -46,9 +46,9 @@ SIZE = (120, 40)
 
 def _table(name: str, n: int, cols: dict) -> pa.Table:
     """A table of `name`'s schema with n rows: given columns, the rest 0 or null."""
-    schema = SCHEMAS[name][0]
+    want = schema(name)
     arrays = []
-    for f in schema:
+    for f in want:
         if f.name in cols:
             v = cols[f.name]
             if isinstance(v, pa.ChunkedArray):
@@ -58,7 +58,7 @@ def _table(name: str, n: int, cols: dict) -> pa.Table:
             arrays.append(pa.array(np.zeros(n, dtype=np.int64), pa.int64()).cast(f.type))
         else:
             arrays.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return pa.Table.from_arrays(arrays, schema=want)
 
 
 def generate(path: str, ranks: int, seconds: int = 30, writes: int = 12, slots: int = 16, seed: int = 1) -> dict:
@@ -159,7 +159,7 @@ def generate(path: str, ranks: int, seconds: int = 30, writes: int = 12, slots: 
     blocked = pa.concat_tables(snaps) if snaps else None
     agent = _table("agent", seconds + 1, {"ts": np.arange(T0, end_ns + 1, S)})
 
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta({
         "format": "slotscope-capture", "schema_version": 1, "slotscope_version": "bench", "host": "node-0",
         "kernel": "6.1.0-bench", "start": {"monotonic_ns": T0, "realtime_ns": START_UTC},

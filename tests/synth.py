@@ -41,8 +41,8 @@ from collections import deque
 import numpy as np
 import pyarrow as pa
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import KMSG, LOSS, NETDEV, NFS_IO, PROCS, RPC, SCHEMAS, SLOTS, SYSCALL
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import KMSG, LOSS, NETDEV, NFS_IO, PROCS, RPC, SLOTS, SYSCALL, TABLES, schema
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
 SERVER, PORT, DEV, CLIENT_ID, KWORKER = "10.0.0.1", 2049, 30, 3, 60
@@ -217,7 +217,7 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
     cols["last_tx"] = cols["first_tx"] + cols["timeouts"] * sim.timeo
     kmsg = _kmsg(cols, stop, sim.timeo * (retrans + 1))
 
-    w = CaptureWriter(str(path), SCHEMAS)
+    w = CaptureWriter(str(path))
     w.write_meta(_meta(host, mono_start_ns, realtime_start_ns, stop, slots, link_bps, wsize, timeo_ds, retrans,
                        lost_events))
     if sim.rpcs:
@@ -226,7 +226,7 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
         w.append("slots", _slots(cols, mono_start_ns))
     if rows:
         w.append("syscall", _syscalls(rows, mono_start_ns))
-    blocked = _blocked(rows, model["open"], stop, mono_start_ns) if "blocked" in SCHEMAS else None
+    blocked = _blocked(rows, model["open"], stop, mono_start_ns) if "blocked" in TABLES else None
     if blocked is not None:
         w.append("blocked", blocked)
     w.append("procs", _procs(people, first_rank, world_size or first_rank + ranks, mono_start_ns + lead // 2))
@@ -327,7 +327,7 @@ def _blocked(rows, still, stop, mono0):
     calls += [(c, [*range(-(-(c[0] + S) // S) * S, stop, S), stop]) for c in still]
     snaps = [{"ts": mono0 + t, "tid": r[2], "tgid": r[2], "syscall": r[3], "ts_enter": mono0 + r[0], "fd": r[4],
               "path": r[7], "dev": DEV, "ino": r[8]} for r, times in calls for t in times]
-    return pa.Table.from_pylist(snaps, schema=SCHEMAS["blocked"][0]) if snaps else None
+    return pa.Table.from_pylist(snaps, schema=schema("blocked")) if snaps else None
 
 
 def _procs(people, first_rank, world, ts):

@@ -358,7 +358,7 @@ def run_app(job: Job, poll_seconds: float = 1.0) -> int:
 
 
 def run(paths: list[str], poll_seconds: float = 1.0) -> int:
-    from slotscope.analyzer.capture import CaptureError
+    from slotscope.capture.reader import CaptureError
     try:
         job = Job.open(paths)
     except CaptureError as exc:

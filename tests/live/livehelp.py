@@ -16,11 +16,11 @@ def slotscope(*args, **kw):
     kw.setdefault("capture_output", True)
     kw.setdefault("text", True)
     kw.setdefault("timeout", 120)
-    return subprocess.run([sys.executable, "-m", "slotscope.agent.cli", *args], **kw)
+    return subprocess.run([sys.executable, "-m", "slotscope.cli", *args], **kw)
 
 
 def start_slotscope(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "slotscope.agent.cli", *args],
+    return subprocess.Popen([sys.executable, "-m", "slotscope.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

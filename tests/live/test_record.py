@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 from livehelp import slotscope, start_slotscope, wait_recording
 
-from slotscope.analyzer.capture import Capture
+from slotscope.capture.reader import Capture
 
 pytestmark = [pytest.mark.live, pytest.mark.usefixtures("bpf_ready")]
 
@@ -36,7 +36,7 @@ def test_ranks_bytes_and_syscalls_exact(tmp_path):
     intruder = _writer_loop(str(ckpt / "intruder.bin"), 30)
     try:
         res = slotscope("record", "-o", str(cap), "--path", str(ckpt), "-q", "--",
-                        sys.executable, "-m", "slotscope.agent.workload", "--dir", str(ckpt),
+                        sys.executable, "-m", "slotscope.cli.workload", "--dir", str(ckpt),
                         "--ranks", "4", "--manifest", str(manifest))
     finally:
         intruder.kill()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import SCHEMAS
+from slotscope.capture.writer import CaptureWriter
+
 from unit_helpers import loss_table, meta, procs_table, syscall_table
 
 
@@ -17,7 +17,7 @@ def build_capture(tmp_path):
     def build(name: str = "cap", *, host: str = "node-a", syscalls=(), procs=(), loss=(),
               meta_override: dict | None = None) -> str:
         path = str(tmp_path / name)
-        w = CaptureWriter(path, SCHEMAS)
+        w = CaptureWriter(path)
         w.write_meta(meta_override if meta_override is not None else meta(host))
         if syscalls:
             w.append("syscall", syscall_table(list(syscalls)))

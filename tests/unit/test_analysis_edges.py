@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from unit_helpers import meta, run_slotscope
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import SCHEMAS
+from slotscope.capture.writer import CaptureWriter
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.report_text import WIDTH, render_text
@@ -39,7 +38,7 @@ def kinds(result):
 @pytest.fixture
 def empty(tmp_path):
     path = str(tmp_path / "empty")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta("node-a"))
     w.close()
     return path

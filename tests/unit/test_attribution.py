@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 from unit_helpers import meta, proc, procs_table, sc, syscall_table
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import OWNERS, RPC, SCHEMAS
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import OWNERS, RPC
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.attribution import attributed_rpcs, kernel_dev, last_writer
 from slotscope.analyzer.job import Job
@@ -40,7 +40,7 @@ def write(tgid, ino, t, nbytes=4096):
 @pytest.fixture
 def job(tmp_path):
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta("node-a"))
     # rank 0 (pid 100) writes file 7 then file 9 later; rank 1 (pid 200) writes file 8
     w.append("syscall", syscall_table([write(100, 7, 1_000), write(200, 8, 1_100), write(100, 9, 5_000)]))
@@ -70,7 +70,7 @@ def test_ranks_are_charged_their_write_rpcs_and_slot_wait(job):
 
 def test_a_file_written_by_two_ranks_is_charged_to_the_last_writer_before_each_rpc(tmp_path):
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta("node-a"))
     # ranks 0 and 1 take turns writing the shared file 10; rank 1 alone writes file 11
     w.append("syscall", syscall_table([write(100, 10, 1_000), write(200, 10, 3_000), write(100, 10, 5_000),
@@ -96,7 +96,7 @@ def test_lock_context_then_open_file_win_over_the_inode(tmp_path):
     open file of the pages they send. Those name the writer even where the inode's last
     writer is the other rank; a WRITE with neither falls back to the inode."""
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta("node-a"))
     w.append("syscall", syscall_table([write(100, 10, 1_000), write(200, 10, 3_000)]))
     w.append("procs", procs_table([proc(100, rank=0), proc(200, rank=1)]))

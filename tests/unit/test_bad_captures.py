@@ -9,9 +9,10 @@ import re
 import pyarrow as pa
 import pytest
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import LOSS, SCHEMAS, SYSCALL
-from slotscope.analyzer.capture import SCHEMA_KEY, Capture, CaptureError
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import LOSS, SYSCALL
+from slotscope.capture.format import SCHEMA_KEY
+from slotscope.capture.reader import Capture, CaptureError
 from unit_helpers import assert_one_line_error, meta, proc, run_slotscope, sc, syscall_table
 
 pytestmark = pytest.mark.unit
@@ -30,7 +31,7 @@ def _loss_batch(start: int) -> pa.Table:
 def multi_batch_capture(tmp_path):
     """A capture whose loss table is one segment of several record batches, and a good syscall table."""
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta())
     for b in range(BATCHES):
         w.append("loss", _loss_batch(b * BATCH_ROWS))

@@ -8,10 +8,11 @@ import types
 import pyarrow as pa
 import pytest
 
-from slotscope.agent import capture_writer as cw
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import AGENT, SCHEMAS, SYSCALL
-from slotscope.analyzer.capture import ARROW_MAGIC, SCHEMA_KEY, Capture
+from slotscope.capture import writer as cw
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import AGENT, SYSCALL, newest
+from slotscope.capture.format import ARROW_MAGIC, SCHEMA_KEY
+from slotscope.capture.reader import Capture
 
 from unit_helpers import loss_table, meta, proc, procs_table, sc, syscall_table
 
@@ -54,7 +55,7 @@ def _agent_rows(n: int, start: int = 0) -> pa.Table:
 
 def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta("node-a"))
     first = [sc(10, "write", 100, 4096, ts=1), sc(11, "fsync", 5000, ts=2)]
     second = [sc(10, "pwrite64", 7, 512, ts=3, path="/mnt/ckpt/ü ñ", offset=4096),
@@ -98,7 +99,7 @@ def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
 
 def test_close_finishes_the_open_segment(tmp_path):
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta())
     w.append("syscall", syscall_table([sc(1)]))
     w.close()
@@ -107,7 +108,7 @@ def test_close_finishes_the_open_segment(tmp_path):
 
 
 def test_empty_append_opens_no_segment(tmp_path):
-    w = CaptureWriter(str(tmp_path / "cap"), SCHEMAS)
+    w = CaptureWriter(str(tmp_path / "cap"))
     w.append("syscall", syscall_table([]))
     w.close()
     assert _ls(tmp_path / "cap" / "syscall") == []
@@ -117,7 +118,7 @@ def test_a_segment_reaches_the_disk_whole_and_a_leftover_dotfile_is_skipped(tmp_
     """An open segment is in memory: the directory holds finished segments only, and a
     dotfile left by an agent killed while writing one is not read."""
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta())
     w.append("syscall", syscall_table([sc(1, ts=1)]))
     clock.t += cw.SEGMENT_SECONDS
@@ -144,7 +145,7 @@ def test_capture_without_stop_record_is_live(build_capture):
 def test_default_modes_are_owner_only(tmp_path, umask):
     umask(0o000)          # even with no umask to help, nothing is group or world readable
     path = tmp_path / "cap"
-    w = CaptureWriter(str(path), SCHEMAS)
+    w = CaptureWriter(str(path))
     w.write_meta(meta())
     w.append("syscall", syscall_table([sc(1)]))
     w.close()
@@ -159,7 +160,7 @@ def test_group_readable_modes(tmp_path, umask, mask):
     """--group-readable asks for 0640/0750: a restrictive umask (root's is often 077) must not undo it."""
     umask(mask)
     path = tmp_path / "cap"
-    w = CaptureWriter(str(path), SCHEMAS, group_readable=True)
+    w = CaptureWriter(str(path), group_readable=True)
     w.write_meta(meta())
     w.append("syscall", syscall_table([sc(1)]))
     w.close()
@@ -177,7 +178,7 @@ def test_segments_carry_the_schema_tag(build_capture):
     for table in ("syscall", "procs"):
         with pa.OSFile(os.path.join(path, table, "000001.arrow")) as f:
             schema = pa.ipc.open_file(f).schema
-        assert schema.metadata[SCHEMA_KEY] == f"{table}/{SCHEMAS[table][1]}".encode()
+        assert schema.metadata[SCHEMA_KEY] == f"{table}/{newest(table)[0]}".encode()
 
 
 def test_reader_unifies_an_older_and_a_newer_segment(tmp_path, build_capture):
@@ -215,7 +216,7 @@ def test_force_over_an_earlier_capture_replaces_it_whole(tmp_path, build_capture
     path = build_capture(syscalls=[sc(1, ts=1), sc(3, ts=3)])
     with open(os.path.join(path, "notes.txt"), "w") as f:
         f.write("mine")
-    w = CaptureWriter(path, SCHEMAS, force=True)
+    w = CaptureWriter(path, force=True)
     w.write_meta(meta())
     w.append("syscall", syscall_table([sc(2, ts=2)]))
     w.close()
@@ -229,7 +230,7 @@ def test_force_over_a_killed_recording_does_not_fail_on_its_leftovers(tmp_path, 
     """An earlier agent was SIGKILLed while writing a segment: it stays as .000002.arrow.partial. A new
     recording with --force into that directory must not fail when it reaches segment 2."""
     path = str(tmp_path / "cap")
-    old = CaptureWriter(path, SCHEMAS)
+    old = CaptureWriter(path)
     old.write_meta(meta())
     old.append("syscall", syscall_table([sc(1, ts=1)]))
     clock.t += cw.SEGMENT_SECONDS
@@ -238,7 +239,7 @@ def test_force_over_a_killed_recording_does_not_fail_on_its_leftovers(tmp_path, 
     with open(os.path.join(path, "syscall", ".000002.arrow.partial"), "wb") as f:
         f.write(ARROW_MAGIC)
 
-    new = CaptureWriter(path, SCHEMAS, force=True)
+    new = CaptureWriter(path, force=True)
     new.write_meta(meta())
     for i in range(3):                                           # three segments
         new.append("syscall", syscall_table([sc(10 + i, ts=10 + i)]))
@@ -254,7 +255,7 @@ def test_appends_with_different_dictionaries_in_one_segment(tmp_path):
     field, so two appends into the same open segment whose dictionaries differ (any producer
     but the decoder's fixed one) must still be written, not fail with a raw ArrowInvalid."""
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta())
     w.append("syscall", syscall_table([sc(1, "write", ts=1)]))
     w.append("syscall", syscall_table([sc(2, "fsync", ts=2), sc(3, "close", ts=3)]))

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from slotscope.agent.cli import main
-from slotscope.analyzer.capture import Capture, CaptureError
+from slotscope.cli.main import main
+from slotscope.capture.reader import Capture, CaptureError
 from slotscope.analyzer.export import ExportError, export_parquet
 from unit_helpers import REPO, START_NS, meta, sc
 

@@ -1,8 +1,12 @@
-"""Import hygiene (as harlequin tests it): the analyzer never imports bcc or textual, the TUI
-never imports bcc, and the agent imports bcc only when probes load. Each check runs in a
-fresh interpreter so nothing imported by other tests hides a violation."""
+"""Import hygiene. The package arrows, read from every module's imports (the AST, imports
+inside functions included): cli -> agent, analyzer, tui, capture; agent -> capture;
+analyzer -> capture; tui -> analyzer, capture; capture -> nothing. And which heavy modules
+load (as harlequin tests it): the analyzer never imports bcc or textual, the TUI never imports
+bcc, and the agent imports bcc only when probes load; each of these checks runs in a fresh
+interpreter so nothing imported by other tests hides a violation."""
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -37,6 +41,8 @@ IMPORT_PACKAGE = """
     import {pkg} as _pkg
     IMPORTED = []
     for info in pkgutil.iter_modules(_pkg.__path__):
+        if info.name == "__main__":      # running it is the command itself
+            continue
         IMPORTED.append(importlib.import_module("{pkg}." + info.name).__name__)
 """
 
@@ -55,16 +61,89 @@ def test_tui_does_not_import_bcc():
     assert _heavy(out["loaded"], ("bcc",)) == []
 
 
-AGENT_MODULES = ("cli", "layouts", "capture_writer", "decode", "files", "identity", "recorder",
-                 "mounts", "tables", "meta", "probes", "ringbuf", "kernel")
+def _package_modules(folder: str) -> set[str]:
+    return {p.stem for p in (REPO / folder).glob("*.py") if p.stem not in ("__init__", "__main__")}
 
 
-def test_agent_modules_do_not_import_bcc_or_textual_at_import_time():
-    code = "import importlib\nIMPORTED = [importlib.import_module('slotscope.agent.' + m).__name__ for m in %r]\n" \
-        % (AGENT_MODULES,)
-    out = _modules_loaded_after(code)
-    assert len(out["imported"]) == len(AGENT_MODULES)
+@pytest.mark.parametrize("pkg", ["agent", "capture", "cli"])
+def test_headless_packages_do_not_import_bcc_or_textual_at_import_time(pkg):
+    """Every module of the agent, the format and the front door imports without bcc or textual:
+    they load bcc only when probes load, textual only when a screen opens."""
+    out = _modules_loaded_after(IMPORT_PACKAGE.format(pkg=f"slotscope.{pkg}"))
+    assert {m.rsplit(".", 1)[1] for m in out["imported"]} == _package_modules(pkg)
     assert _heavy(out["loaded"], ("bcc", "textual")) == []
+
+
+# --- the package arrows --------------------------------------------------------------------
+
+PACKAGES = ("capture", "agent", "analyzer", "tui", "cli", "bpf")
+ALLOWED = {
+    "cli": {"agent", "analyzer", "tui", "capture"},
+    "agent": {"capture", "bpf"},      # bpf/ only as text: the C programs it loads
+    "analyzer": {"capture"},
+    "tui": {"analyzer", "capture"},
+    "capture": set(),
+    "bpf": set(),
+}
+
+
+def slotscope_imports(source: str, package: str) -> set[str]:
+    """The slotscope packages a module of `package` imports, anywhere in it: absolute
+    (`slotscope.X...`), relative (`from ..X import`), and module-level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 1:
+                names = [f"slotscope.{package}"]
+            elif node.level >= 2:
+                base = node.module or ""
+                names = [f"slotscope.{base}" if base else f"slotscope.{a.name}" for a in node.names]
+            else:
+                mod = node.module or ""
+                names = [f"{mod}.{a.name}" for a in node.names] if mod == "slotscope" else [mod]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "slotscope" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def _resources_packages(source: str) -> set[str]:
+    """Packages named as data: importlib.resources.files("slotscope.X")."""
+    return set(re.findall(r'files\("slotscope\.(\w+)"\)', source))
+
+
+def test_every_module_follows_the_package_arrows():
+    checked, offenders = 0, []
+    for pkg in PACKAGES:
+        for path in _python_files(pkg):
+            source = path.read_text()
+            used = slotscope_imports(source, pkg) | _resources_packages(source)
+            bad = sorted(used - ALLOWED[pkg] - {pkg})
+            if bad:
+                offenders.append(f"{path.relative_to(REPO)} imports {', '.join(bad)}")
+            checked += 1
+    assert checked > 50, "too few modules found: is REPO right?"
+    assert offenders == []
+
+
+def test_arrow_check_sees_every_form_of_import():
+    """The reader finds imports inside functions, relative ones and `from slotscope import X`."""
+    source = textwrap.dedent("""
+        import os
+        from slotscope.capture import format
+        from . import sibling
+        from ..tui.app import run
+        def later():
+            import slotscope.agent.recorder
+            from slotscope import cli
+    """)
+    assert slotscope_imports(source, "analyzer") == {"capture", "analyzer", "tui", "agent", "cli"}
+    assert _resources_packages('files("slotscope.bpf").joinpath("x.c")') == {"bpf"}
 
 
 def test_analyze_command_runs_without_bcc_or_textual(build_capture):
@@ -72,7 +151,7 @@ def test_analyze_command_runs_without_bcc_or_textual(build_capture):
     path = build_capture(syscalls=[sc(10, "write", 100, 4096)], procs=[proc(10, rank=0)])
     code = f"""
         import contextlib, io
-        from slotscope.agent.cli import main
+        from slotscope.cli.main import main
         with contextlib.redirect_stdout(io.StringIO()) as out:
             rc = main(["analyze", "--json", {path!r}])
         assert rc == 0, rc

@@ -280,7 +280,7 @@ def test_empty_file_and_no_kernel_lines(tmp_path):
 
 def test_kmsg_table_as_the_agent_records_it():
     from slotscope.agent.samplers import KmsgFilter
-    from slotscope.agent.tables import KMSG
+    from slotscope.capture.tables import KMSG
     report = ["INFO: task python:4321 blocked for more than 120 seconds.",
               "      Not tainted 6.1.0-18-amd64 #1 Debian 6.1.76-1", "Call Trace:", " <TASK>"]
     report += RPC_TRACE + [" </TASK>"]

@@ -4,8 +4,8 @@ import pyarrow as pa
 import pytest
 from unit_helpers import meta
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import RPC, SCHEMAS
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import RPC
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.mountstats import capture_deltas, parse
@@ -49,7 +49,7 @@ def capture(tmp_path):
     def build(captured_writes):
         path = str(tmp_path / f"cap{captured_writes}")
         m = meta(mountstats_start={"/mnt/nfs": section(100)}, mountstats_stop={"/mnt/nfs": section(110, 5)})
-        w = CaptureWriter(path, SCHEMAS)
+        w = CaptureWriter(path)
         w.write_meta(m)
         rows = [rpc_row("WRITE", i) for i in range(captured_writes)] + [rpc_row("GETATTR", i) for i in range(3)]
         w.append("rpc", pa.Table.from_pylist(rows, schema=RPC))

@@ -30,7 +30,7 @@ def test_the_headers_and_a_short_line_are_not_interfaces():
 
 def test_sampled_rows_reach_the_capture_as_one_table_per_kind_and_drain():
     from slotscope.agent.samplers import SamplerThread
-    from slotscope.agent.tables import KMSG, NETDEV
+    from slotscope.capture.tables import KMSG, NETDEV
     thread = SamplerThread({})
     try:
         row = {"ts": 1, "iface": "eth0", "server": "10.0.0.1", "speed_bps": None, "tx_bytes": 5, "rx_bytes": 6,

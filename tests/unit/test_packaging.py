@@ -58,8 +58,8 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_contains_code_and_package_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("slotscope/bpf/syscalls.c", "slotscope/bpf/__init__.py", "slotscope/agent/cli.py",
-                   "slotscope/agent/layouts.py", "slotscope/analyzer/capture.py", "slotscope/tui/__init__.py"):
+    for needed in ("slotscope/bpf/syscalls.c", "slotscope/bpf/__init__.py", "slotscope/cli/main.py",
+                   "slotscope/agent/layouts.py", "slotscope/capture/reader.py", "slotscope/tui/__init__.py"):
         assert needed in names, needed
     assert {n.split("/")[0] for n in names if not n.startswith("slotscope-")} == {"slotscope"}, \
         "only the slotscope namespace may land in site-packages (no top-level agent/, tui/...)"
@@ -79,14 +79,14 @@ def test_wheel_declares_the_console_script(wheel):
     [ep] = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = zf.read(ep).decode()
     assert "[console_scripts]" in text
-    assert any(line.replace(" ", "") == "slotscope=slotscope.agent.cli:main" for line in text.splitlines())
+    assert any(line.replace(" ", "") == "slotscope=slotscope.cli.main:main" for line in text.splitlines())
 
 
 def test_installed_wheel_reads_its_c_program(wheel, tmp_path):
     """Unpacked like site-packages, the package finds syscalls.c through importlib.resources."""
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import importlib.resources as r, slotscope.bpf, slotscope.agent.cli as cli;"
+    code = ("import importlib.resources as r, slotscope.bpf, slotscope.cli.main as cli;"
             "t = r.files('slotscope.bpf').joinpath('syscalls.c').read_text();"
             "print(slotscope.bpf.__file__); print(len(t))")
     env = dict(os.environ, PYTHONPATH=str(site), PYTHONNOUSERSITE="1")

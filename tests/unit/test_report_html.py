@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import SCHEMAS
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import schema
 from slotscope.analyzer.analysis import analyze
-from slotscope.analyzer.capture import Capture
+from slotscope.capture.reader import Capture
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.report_html import write_html
 from unit_helpers import REPO, assert_one_line_error, proc, run_slotscope, sc
@@ -310,7 +310,7 @@ def tiled_sample(dst: str, copies: int, speed_bps: int | None = None, skip=()) -
     span = m["stop"]["monotonic_ns"] - m["start"]["monotonic_ns"]
     m["stop"] = {**m["stop"], "monotonic_ns": m["stop"]["monotonic_ns"] + span * (copies - 1),
                  "realtime_ns": m["stop"]["realtime_ns"] + span * (copies - 1)}
-    w = CaptureWriter(dst, SCHEMAS)
+    w = CaptureWriter(dst)
     w.write_meta(m)
     for name in ("syscall", "procs", "slots", "netdev", "rpc"):
         if name in skip:
@@ -332,7 +332,7 @@ def tiled_sample(dst: str, copies: int, speed_bps: int | None = None, skip=()) -
                     p = p.set_column(p.schema.get_field_index("speed_bps"), "speed_bps",
                                      pa.array([speed_bps] * p.num_rows, pa.int64()))
             parts.append(p)
-        w.append(name, conform(pa.concat_tables(parts), SCHEMAS[name][0]))
+        w.append(name, conform(pa.concat_tables(parts), schema(name)))
     w.close()
     return dst
 

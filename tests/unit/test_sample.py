@@ -9,15 +9,15 @@ pytestmark = pytest.mark.unit
 
 
 def test_demo_sample_names_every_rank_and_its_bytes():
-    res = subprocess.run([sys.executable, "-m", "slotscope.agent.cli", "demo", "--sample"],
+    res = subprocess.run([sys.executable, "-m", "slotscope.cli", "demo", "--sample"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "kernel 6.1" in res.stdout
 
 
 def test_sample_analysis_is_the_storm_it_claims():
-    from slotscope.agent.demo import sample_path
-    res = subprocess.run([sys.executable, "-m", "slotscope.agent.cli", "analyze", "--json", sample_path()],
+    from slotscope.cli.demo import sample_path
+    res = subprocess.run([sys.executable, "-m", "slotscope.cli", "analyze", "--json", sample_path()],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -36,8 +36,8 @@ def test_analyze_gives_arrow_the_system_allocator(capsys):
     (analyzer/allocator.py); this keeps the two the same."""
     import pyarrow as pa
 
-    from slotscope.agent.cli import main
-    from slotscope.agent.demo import sample_path
+    from slotscope.cli.main import main
+    from slotscope.cli.demo import sample_path
     before = pa.default_memory_pool()
     try:
         assert main(["analyze", "--json", sample_path()]) == 0

@@ -3,8 +3,8 @@ import pyarrow as pa
 import pytest
 from unit_helpers import meta
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import SCHEMAS, XPRT
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import XPRT
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.report_html import write_html
@@ -27,7 +27,7 @@ def job(tmp_path):
     """nconnect=2, 2 slots each (both preallocated): tasks wait for a slot on transport 0
     from 2 s to 6 s of a 10 s recording, never on transport 1."""
     path = str(tmp_path / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta("node-a", nfs_mounts=[{"server": "10.0.0.1", "vers": "3", "proto": "tcp", "nconnect": "2"}],
                       sunrpc={"tcp_max_slot_table_entries": "128"}))
     w.append("xprt", pa.Table.from_pylist([

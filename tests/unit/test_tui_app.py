@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import SCHEMAS
+from slotscope.capture.writer import CaptureWriter
 from slotscope.analyzer.job import Job
 from test_tui_timeline import PROCS, SYSCALLS, at, grow, nfs_cap  # noqa: F401  (nfs_cap: a fixture)
 from unit_helpers import START_NS, assert_one_line_error, meta, procs_table, run_slotscope, sc
@@ -26,7 +25,7 @@ def make_app(path, **kw):
 
 
 def sample_app(**kw):
-    from slotscope.agent.demo import sample_path
+    from slotscope.cli.demo import sample_path
     return make_app(sample_path(), poll_seconds=60, clock=lambda: SAMPLE_NOW, **kw)
 
 
@@ -329,7 +328,7 @@ def test_live_follow_shows_a_new_rank_and_pause(tmp_path):
     path = str(tmp_path / "live")
     live_meta = meta()
     del live_meta["stop"]
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(live_meta)
     w.append("procs", procs_table([p for p in PROCS]))
     w.tables["procs"].close_segment()

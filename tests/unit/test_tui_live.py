@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from slotscope.agent.capture_writer import CaptureWriter
+from slotscope.capture.writer import CaptureWriter
 from slotscope.agent.recorder import RecordError, RecordOptions
-from slotscope.agent.tables import SCHEMAS
+
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.timeline import JobSource
-from slotscope.tui.live import record_with_tui
+from slotscope.cli.record_tui import record_with_tui
 from unit_helpers import meta, sc, syscall_table
 
 pytestmark = pytest.mark.unit
@@ -25,7 +25,7 @@ def fake_record(opts, argv) -> int:
     """Writes a segment every 50 ms until SIGTERM, then the stop record; exit status 3."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    w = CaptureWriter(opts.output, SCHEMAS)
+    w = CaptureWriter(opts.output)
     m = meta()
     del m["stop"]
     w.write_meta(m)
@@ -106,7 +106,7 @@ def test_record_tui_needs_a_terminal(tmp_path, capfd):
 
 
 def test_cli_has_record_tui():
-    from slotscope.agent.cli import parser
+    from slotscope.cli.main import parser
     args = parser().parse_args(["record", "-o", "x", "--tui", "--", "sleep", "1"])
     assert args.tui and args.command == ["--", "sleep", "1"]
     assert parser().parse_args(["top", "c1", "c2", "--poll", "0.2"]).poll == 0.2

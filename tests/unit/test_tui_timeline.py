@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import RPC, SCHEMAS
+from slotscope.capture.writer import CaptureWriter
+from slotscope.capture.tables import RPC, schema
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.ranks import rank_table
 from slotscope.analyzer.timeline import (JobSource, blocked_now, in_progress, overview, rank_detail, rank_extras,
@@ -94,7 +94,7 @@ def test_live_source_follows_new_segments_and_the_stop(tmp_path):
     path = str(tmp_path / "live")
     live_meta = meta()
     del live_meta["stop"]
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(live_meta)
     grow(w, [sc(10, "write", 1000, 100, ts=at(1))])
     source = JobSource(Job.open([path]))
@@ -172,14 +172,14 @@ NFS_META = {"nfs_mounts": [{"server": "10.0.0.1", "mountpoint": "/mnt/ckpt", "pr
 
 
 def write_capture(path: str, tables: dict[str, list[dict]], live: bool = False) -> CaptureWriter:
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     m = meta(**NFS_META)
     if live:
         del m["stop"]
     w.write_meta(m)
     for name, rows in tables.items():
         if rows:
-            w.append(name, pa.Table.from_pylist(rows, schema=SCHEMAS[name][0]))
+            w.append(name, pa.Table.from_pylist(rows, schema=schema(name)))
             w.tables[name].close_segment()
     if not live:
         w.close()
@@ -281,7 +281,7 @@ def test_live_source_reads_only_new_segments_and_its_end_follows_any_table(tmp_p
     assert not source.refresh() and source.generation == gen      # nothing new
     w.append("agent", pa.Table.from_pylist([{"ts": at(5), "cpu_user_ns": 0, "cpu_sys_ns": 0, "rss_bytes": 0,
                                             "events": 0, "rows": 0, "capture_bytes": 0, "bpf_run_ns": 0,
-                                            "bpf_run_cnt": 0}], schema=SCHEMAS["agent"][0]))
+                                            "bpf_run_cnt": 0}], schema=schema("agent")))
     w.tables["agent"].close_segment()
     assert source.refresh() and source.generation == gen + 1
     assert source.span_ns() == 5 * S                                # the agent's heartbeat row

@@ -87,7 +87,7 @@ def rank_rows(screen: str) -> list[str]:
 
 
 def test_top_in_a_real_terminal(tmux):
-    from slotscope.agent.demo import sample_path
+    from slotscope.cli.demo import sample_path
     try:
         tmux.start(*slotscope_command(), "top", sample_path())
         screen = tmux.wait_for("rank▲", "verdict: slot_saturation", "Findings (2)")

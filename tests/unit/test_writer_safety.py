@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from slotscope.agent import capture_writer as cw
-from slotscope.agent.capture_writer import CaptureWriteError, CaptureWriter
-from slotscope.agent.tables import SCHEMAS
-from slotscope.analyzer.capture import Capture
+from slotscope.capture import writer as cw
+from slotscope.capture.writer import CaptureWriteError, CaptureWriter
+
+from slotscope.capture.reader import Capture
 from unit_helpers import meta, sc, syscall_table
 
 pytestmark = pytest.mark.unit
@@ -25,21 +25,21 @@ def test_refuses_a_symlink_to_a_directory(tmp_path):
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
     with pytest.raises(CaptureWriteError, match="symbolic link"):
-        CaptureWriter(str(tmp_path / "link"), SCHEMAS)
+        CaptureWriter(str(tmp_path / "link"))
     assert os.listdir(real) == []
 
 
 def test_refuses_a_dangling_symlink(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "not-yet")
     with pytest.raises(CaptureWriteError, match="symbolic link"):
-        CaptureWriter(str(tmp_path / "link"), SCHEMAS)
+        CaptureWriter(str(tmp_path / "link"))
     assert not (tmp_path / "not-yet").exists()
 
 
 def test_refuses_a_regular_file(tmp_path):
     (tmp_path / "file").write_text("keep me")
     with pytest.raises(CaptureWriteError, match="not a directory"):
-        CaptureWriter(str(tmp_path / "file"), SCHEMAS)
+        CaptureWriter(str(tmp_path / "file"))
     assert (tmp_path / "file").read_text() == "keep me"
 
 
@@ -48,8 +48,8 @@ def test_non_empty_directory_needs_force(tmp_path):
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     with pytest.raises(CaptureWriteError, match="not empty.*--force"):
-        CaptureWriter(str(out), SCHEMAS)
-    w = CaptureWriter(str(out), SCHEMAS, force=True)
+        CaptureWriter(str(out))
+    w = CaptureWriter(str(out), force=True)
     w.write_meta(meta())
     w.append("syscall", syscall_table([sc(1)]))
     w.close()
@@ -59,7 +59,7 @@ def test_non_empty_directory_needs_force(tmp_path):
 
 def test_empty_existing_directory_is_fine_without_force(tmp_path):
     (tmp_path / "out").mkdir()
-    w = CaptureWriter(str(tmp_path / "out"), SCHEMAS)
+    w = CaptureWriter(str(tmp_path / "out"))
     w.close()
 
 
@@ -69,13 +69,13 @@ def test_refuses_a_directory_owned_by_another_uid(tmp_path):
     out.mkdir()
     os.chown(out, 65534, 65534)
     with pytest.raises(CaptureWriteError, match="owned by uid 65534"):
-        CaptureWriter(str(out), SCHEMAS, force=True)
+        CaptureWriter(str(out), force=True)
     assert os.listdir(out) == []
 
 
 @pytest.fixture
 def writer(tmp_path):
-    w = CaptureWriter(str(tmp_path / "cap"), SCHEMAS)
+    w = CaptureWriter(str(tmp_path / "cap"))
     yield w
     w.close()
 
@@ -163,7 +163,7 @@ def tiny_tmpfs(tmp_path):
 def test_disk_full_keeps_finished_segments(tiny_tmpfs, monkeypatch):
     monkeypatch.setattr(cw, "SEGMENT_SECONDS", 0.0)      # every tick closes the open segment
     path = str(tiny_tmpfs / "cap")
-    w = CaptureWriter(path, SCHEMAS)
+    w = CaptureWriter(path)
     w.write_meta(meta())
     finished_rows = []
     with pytest.raises(CaptureWriteError) as exc:

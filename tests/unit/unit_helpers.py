@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from slotscope.agent.capture_writer import CaptureWriter
-from slotscope.agent.tables import LOSS, PROCS, SCHEMAS, SYSCALL
-from slotscope.analyzer.capture import FORMAT_MAJOR
+from slotscope.capture.format import FORMAT_MAJOR
+from slotscope.capture.tables import LOSS, PROCS, SYSCALL
+from slotscope.capture.writer import CaptureWriter
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def slotscope_command() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("slotscope")
-    return [found] if found else [sys.executable, "-m", "slotscope.agent.cli"]
+    return [found] if found else [sys.executable, "-m", "slotscope.cli"]
 
 
 def run_slotscope(*args: str) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.vm
 
 
 def rows(out, syscall):
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     sc = Capture.open(str(out / "capture")).read("syscall")
     return sc.filter(pc.equal(pc.cast(sc["syscall"], "string"), syscall))
 

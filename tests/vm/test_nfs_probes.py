@@ -17,7 +17,7 @@ pytestmark = pytest.mark.vm
 
 
 def rpc_rows(out):
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     t = Capture.open(str(out / "capture")).read("rpc")
     assert t is not None, "no rpc rows"
     return t
@@ -54,7 +54,7 @@ def test_per_procedure_totals_match_mountstats(mixed):
     sent = pc.sum(rpc.filter(pc.and_(pc.equal(rpc["procname"], "WRITE"), pc.equal(rpc["complete"], 1)))["io_count"])
     server_written = after["bytes"]["server_write"] - before["bytes"]["server_write"]
     assert server_written > 0 and abs(sent.as_py() - server_written) <= 0.01 * server_written
-    io = json.loads(subprocess.run([sys.executable, "-m", "slotscope.agent.cli", "dump", str(mixed / "capture"),
+    io = json.loads(subprocess.run([sys.executable, "-m", "slotscope.cli", "dump", str(mixed / "capture"),
                                     "-t", "nfs_io", "-O", "json"], capture_output=True, text=True,
                                    check=True).stdout.splitlines()[0])
     assert io["kind"] in ("write_start", "write_done", "commit_start", "commit_done")
@@ -78,7 +78,7 @@ def test_saturated_slot_table_shows_in_the_rpc_rows(saturated):
 def test_saturated_occupancy_reaches_the_limit(saturated):
     """The slots table catches the peak: in-use slots equal the configured limit while
     tasks queue for one; and the link toward the server is sampled meanwhile."""
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     cap = Capture.open(str(saturated / "capture"))
     slots = cap.read("slots")
     assert pc.max(slots["in_use"]).as_py() == 4
@@ -100,7 +100,7 @@ def _nfs_writes_by_transport(cap) -> dict[int, int]:
 def test_the_transport_reports_its_own_slot_counters(saturated):
     """The xprt kprobes: every WRITE names its transport, whose own counters say max_reqs 4
     (the sysctl), all 4 slots allocated at the peak, and tasks waiting in its backlog."""
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     cap = Capture.open(str(saturated / "capture"))
     (xprt_id,) = _nfs_writes_by_transport(cap)
     x = cap.read("xprt")
@@ -115,7 +115,7 @@ def test_nconnect_gives_each_connection_its_own_table(nconnect):
     """nconnect=2 with 2 slots each: the WRITEs spread over two transports, each with a table
     of 2 and tasks waiting for it; the analysis lists both and takes their sum as the limit."""
     from slotscope.analyzer.analysis import analyze
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     from slotscope.analyzer.job import Job
     cap = Capture.open(str(nconnect / "capture"))
     per = _nfs_writes_by_transport(cap)
@@ -139,7 +139,7 @@ def test_server_freeze(frozen):
     second, no gap), RPCs age through the freeze with timeouts and retransmissions, the
     kernel's 'not responding' and 'OK' lines are captured, and the agent stops within
     seconds afterwards."""
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     cap = Capture.open(str(frozen / "capture"))
     rpc = cap.read("rpc")
     assert pc.max(rpc["execute_ns"]).as_py() > 15e9
@@ -207,7 +207,7 @@ def test_saturated_v42_waits_on_the_session_slot_table(saturated_v42):
     (in rpc_call_prepare, before call_reserve), not on xprt_backlog: a v4.1+ transport
     has slots to spare. The session wait is about half of a WRITE's time, as large as
     the round trip, and the slots table counts the waiters."""
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     cap = Capture.open(str(saturated_v42 / "capture"))
     t = cap.read("rpc")
     writes = t.filter(pc.equal(t["procname"], "WRITE"))
@@ -230,7 +230,7 @@ def test_saturated_v42_waits_on_the_session_slot_table(saturated_v42):
 
 def syscall_seconds(out):
     """{(tgid, syscall): summed latency in s} from the capture's syscall table."""
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     sc = Capture.open(str(out / "capture")).read("syscall")
     g = sc.group_by(["tgid", "syscall"]).aggregate([("latency_ns", "sum")])
     return {(r["tgid"], r["syscall"]): r["latency_ns_sum"] / 1e9 for r in g.to_pylist()}
@@ -239,7 +239,7 @@ def syscall_seconds(out):
 def test_small_sync_writes_are_file_sync_and_do_not_queue(small_sync):
     """No slot limit: each 4 KiB O_SYNC write() is one FILE_SYNC WRITE of 4 KiB, known by
     its file; the dynamic slot table grows, so nothing sleeps on xprt_backlog."""
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     cap = Capture.open(str(small_sync / "capture"))
     t = cap.read("rpc")
     writes = t.filter(pc.equal(t["procname"], "WRITE"))
@@ -275,7 +275,7 @@ def test_straggler_rank_ends_last(straggler):
     walls = {r["rank"]: r["wall_s"] for r in rec["ranks"]}
     others = sorted(w for rank, w in walls.items() if rank != 2)
     assert walls[2] > 2.5 * others[len(others) // 2]
-    from slotscope.analyzer.capture import Capture
+    from slotscope.capture.reader import Capture
     sc = Capture.open(str(straggler / "capture")).read("syscall")
     pid2 = next(r["pid"] for r in rec["ranks"] if r["rank"] == 2)
     mine = sc.filter(pc.equal(sc["tgid"], pid2))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slotscope.analyzer.capture import Capture
+from slotscope.capture.reader import Capture
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

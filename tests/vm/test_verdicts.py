@@ -15,7 +15,7 @@ SERIOUS = ("critical", "warning")
 def analyze(out, *extra):
     """`slotscope analyze --json` on the scenario's capture, as a user runs it; the terminal
     report must come out too."""
-    cmd = [sys.executable, "-m", "slotscope.agent.cli", "analyze", str(out / "capture")]
+    cmd = [sys.executable, "-m", "slotscope.cli", "analyze", str(out / "capture")]
     res = subprocess.run(cmd + ["--json", *extra], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     text = subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=300)

@@ -57,7 +57,7 @@ def test_scenario_with_agent_returns_capture(vm_image, tmp_path):
                      "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25")
     assert p.returncode == 0, p.stderr
     rec = json.loads((out / "scenario.json").read_text())
-    res = subprocess.run([sys.executable, "-m", "slotscope.agent.cli", "analyze", "--json", str(out / "capture")],
+    res = subprocess.run([sys.executable, "-m", "slotscope.cli", "analyze", "--json", str(out / "capture")],
                          capture_output=True, text=True, check=False, cwd=REPO)
     assert res.returncode == 0, res.stderr
     ranks = {r["rank"]: r for r in json.loads(res.stdout)["ranks"]}

@@ -20,6 +20,10 @@ MODES = ("buffered", "fsync", "osync", "odirect")
 OVERRIDE_KEYS = {"write-size": ("write_size", int), "mode": ("mode", str), "file-mb": ("file_mb", float)}
 
 
+# The packages `slotscope record` runs in the guest (bpf/ is hashed with its C sources).
+GUEST_PACKAGES = ("cli", "agent", "capture", "bpf")
+
+
 class ScenarioFailed(RuntimeError):
     pass
 
@@ -158,13 +162,17 @@ def compare_rounds(spec):
     return 1 + (2 * n + 1) * m + n
 
 
+def source_files():
+    """What a VM run executes from the checkout: the command, the agent, the capture format,
+    BPF programs, guest scripts, packaging."""
+    return [REPO / "pyproject.toml", *(f for pkg in GUEST_PACKAGES for f in sorted((REPO / pkg).rglob("*.py"))),
+            *sorted((REPO / "bpf").glob("*.[ch]")), *sorted((VM_DIR / "guest").glob("*"))]
+
+
 def source_key():
-    """Hash of what a VM run executes from the checkout (agent, BPF programs, guest
-    scripts, packaging): results made with another key came from other code."""
+    """Hash of source_files(): results made with another key came from other code."""
     h = hashlib.sha256()
-    files = [REPO / "pyproject.toml", *sorted((REPO / "agent").rglob("*.py")), *sorted((REPO / "bpf").glob("*.[ch]")),
-             *sorted((VM_DIR / "guest").glob("*"))]
-    for f in files:
+    for f in source_files():
         if f.is_file():
             h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]

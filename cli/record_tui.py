@@ -138,7 +138,7 @@ def record_with_tui(opts, argv: list[str], record=None, run_ui=None, poll_second
             if run_ui is not None:
                 run_ui(opts.output)
             else:
-                from slotscope.analyzer.capture import CaptureError
+                from slotscope.capture.reader import CaptureError
                 from slotscope.analyzer.job import Job
                 from slotscope.tui.app import TopApp
                 try:

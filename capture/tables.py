@@ -1,15 +1,22 @@
-"""Arrow schemas of the tables the agent writes, with their major versions.
+"""The capture's tables: one registry, name -> major version -> Arrow schema, for the writer,
+every reader and export alike.
 
-Raw event fields keep the Arrow types their layout declares (agent/layouts.py);
-the rest are what user space adds (file names, identities, counters).
+Raw event fields keep the Arrow types their declaration gives (events.py); the rest are what
+the agent adds in user space (file names, identities, counters). A new column keeps the major
+version (readers give older segments nulls for it); a change that older readers would misread
+takes a new major, added beside the old one so that old captures still read.
 """
 from __future__ import annotations
 
 import pyarrow as pa
 
-from .layouts import NFS_EVENT, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT
+from . import events
+from .events import NFS_FIELDS, OWNER_FIELDS, RPC_FIELDS, SLOT_FIELDS, XPRT_FIELDS
 
-_sys = SYS_EVENT.arrow_type
+
+def _sys(name: str) -> pa.DataType:
+    return events.arrow_type(dict(events.SYS_FIELDS)[name])
+
 
 SYSCALL = pa.schema([
     ("ts_enter", _sys("ts_enter")), ("ts_exit", _sys("ts_exit")), ("latency_ns", pa.int64()),
@@ -53,7 +60,7 @@ AGENT = pa.schema([
 ])
 
 # Raw RPC fields (as declared), then the spans derived from them, all in ns.
-RPC = pa.schema([(name, RPC_EVENT.arrow_type(name)) for name, _ in RPC_EVENT.fields if not name.startswith("_")] + [
+RPC = pa.schema(events.columns(RPC_FIELDS) + [
     ("slot_wait_ns", pa.int64()),      # call_reserve -> xprt_reserve (or the backlog sleeps)
     ("transmit_wait_ns", pa.int64()),  # call_transmit -> first transmit (or the xprt_sending sleeps)
     ("backlog_ns", pa.int64()), ("rtt_ns", pa.int64()), ("execute_ns", pa.int64()),
@@ -61,16 +68,13 @@ RPC = pa.schema([(name, RPC_EVENT.arrow_type(name)) for name, _ in RPC_EVENT.fie
     ("server", pa.string()),
 ])
 
-NFS_IO = pa.schema([(name, NFS_EVENT.arrow_type(name)) for name, _ in NFS_EVENT.fields
-                    if name not in ("_pad", "kind")] + [("kind", pa.string())])
+NFS_IO = pa.schema(events.columns(NFS_FIELDS, skip=("kind",)) + [("kind", pa.string())])
 
-XPRT = pa.schema([(name, XPRT_EVENT.arrow_type(name)) for name, _ in XPRT_EVENT.fields if not name.startswith("_")] +
-                 [("server", pa.string())])
+XPRT = pa.schema(events.columns(XPRT_FIELDS) + [("server", pa.string())])
 
-OWNERS = pa.schema([(name, OWNER_EVENT.arrow_type(name)) for name, _ in OWNER_EVENT.fields])
+OWNERS = pa.schema(events.columns(OWNER_FIELDS))
 
-SLOTS = pa.schema([(name, SLOT_EVENT.arrow_type(name)) for name, _ in SLOT_EVENT.fields] +
-                  [("server", pa.string())])
+SLOTS = pa.schema(events.columns(SLOT_FIELDS) + [("server", pa.string())])
 
 NETDEV = pa.schema([
     ("ts", pa.int64()), ("iface", pa.string()), ("server", pa.string()), ("speed_bps", pa.int64()),
@@ -79,17 +83,40 @@ NETDEV = pa.schema([
 
 KMSG = pa.schema([("ts", pa.int64()), ("level", pa.int8()), ("message", pa.string())])
 
-SCHEMAS: dict[str, tuple[pa.Schema, int]] = {
-    "slots": (SLOTS, 1),
-    "netdev": (NETDEV, 1),
-    "kmsg": (KMSG, 1),
-    "rpc": (RPC, 1),
-    "nfs_io": (NFS_IO, 1),
-    "owners": (OWNERS, 1),
-    "xprt": (XPRT, 1),
-    "syscall": (SYSCALL, 1),
-    "blocked": (BLOCKED, 1),
-    "procs": (PROCS, 1),
-    "loss": (LOSS, 1),
-    "agent": (AGENT, 1),
+# Every table: name -> {major version: schema}. The writer writes the newest major; a reader
+# reads every major listed and refuses a newer one. Order: how export and dump list them.
+TABLES: dict[str, dict[int, pa.Schema]] = {
+    "slots": {1: SLOTS},
+    "netdev": {1: NETDEV},
+    "kmsg": {1: KMSG},
+    "rpc": {1: RPC},
+    "nfs_io": {1: NFS_IO},
+    "owners": {1: OWNERS},
+    "xprt": {1: XPRT},
+    "syscall": {1: SYSCALL},
+    "blocked": {1: BLOCKED},
+    "procs": {1: PROCS},
+    "loss": {1: LOSS},
+    "agent": {1: AGENT},
 }
+
+
+# Each table's times (CLOCK_MONOTONIC ns; 0 means "not seen"): what a reader converts to UTC
+# with meta.json's clock pair.
+TIME_COLUMNS: dict[str, tuple[str, ...]] = {
+    "syscall": ("ts_enter", "ts_exit"),
+    "rpc": ("ts_begin", "ts_end", "ts_reserve_start", "ts_reserved", "ts_transmit_start",
+            "ts_first_tx", "ts_last_tx"),
+    "blocked": ("ts", "ts_enter"),
+    **dict.fromkeys(("slots", "netdev", "kmsg", "nfs_io", "owners", "xprt", "procs", "loss", "agent"), ("ts",)),
+}
+
+
+def newest(table: str) -> tuple[int, pa.Schema]:
+    """The major version the writer writes, and its schema."""
+    major = max(TABLES[table])
+    return major, TABLES[table][major]
+
+
+def schema(table: str) -> pa.Schema:
+    return newest(table)[1]

@@ -11,14 +11,14 @@ EPILOG = "Run `slotscope doctor` to see what this machine can trace."
 
 
 def _record(args) -> int:
-    from .recorder import RecordError, RecordOptions, record
+    from slotscope.agent.recorder import RecordError, RecordOptions, record
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
                          pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
                          group_readable=args.group_readable, status=not args.quiet)
     if args.tui:
-        from slotscope.tui.live import record_with_tui
+        from .record_tui import record_with_tui
         return record_with_tui(opts, sys.argv)
     try:
         return record(opts, sys.argv)
@@ -28,13 +28,13 @@ def _record(args) -> int:
 
 
 def _doctor(args) -> int:
-    from .doctor import run_doctor
+    from slotscope.agent.doctor import run_doctor
     return run_doctor()
 
 
 def _open_job(paths):
     from slotscope.analyzer.allocator import use_system_allocator
-    from slotscope.analyzer.capture import CaptureError
+    from slotscope.capture.reader import CaptureError
     from slotscope.analyzer.job import Job
     use_system_allocator()
     try:
@@ -46,13 +46,12 @@ def _open_job(paths):
 
 def _analyze(args) -> int:
     from slotscope.analyzer.analysis import analyze
-    from slotscope.analyzer.capture import CaptureError
+    from slotscope.capture.reader import CaptureError
     from slotscope.analyzer.job import Job, between, parse_when
     from slotscope.analyzer.kernel_log import KernelLogError, read_kernel_log
     from slotscope.analyzer.report_text import render_text
     from slotscope.analyzer.thresholds import Thresholds
-
-    from .meta import slotscope_version
+    from slotscope.capture.meta import slotscope_version
 
     if args.thresholds:
         for name, default, doc in Thresholds.described():
@@ -100,7 +99,7 @@ def _analyze(args) -> int:
 def _dump(args) -> int:
     import pyarrow.csv as pacsv
 
-    from slotscope.analyzer.capture import CaptureError
+    from slotscope.capture.reader import CaptureError
 
     job = _open_job([args.capture])
     if job is None:
@@ -127,7 +126,7 @@ def _dump(args) -> int:
 
 
 def _export(args) -> int:
-    from slotscope.analyzer.capture import CaptureError
+    from slotscope.capture.reader import CaptureError
     from slotscope.analyzer.export import ExportError, export_parquet
 
     try:

@@ -19,7 +19,8 @@ import time
 
 import pyarrow as pa
 
-from slotscope.analyzer.capture import PARTIAL_RE, SEGMENT_RE, TABLE_MAJOR, schema_tag
+from .format import META_FILE, PARTIAL_RE, SEGMENT_RE, partial_name, schema_tag, segment_name
+from .tables import newest
 
 SEGMENT_SECONDS = 1.0
 
@@ -83,14 +84,15 @@ class CaptureDir:
         return os.fdopen(fd, "wb")
 
     def remove_earlier_capture(self) -> int:
-        """--force over an earlier capture replaces it: its meta.json and segments go, so no
-        row of it mixes into the new one. Only names of our own format are removed."""
+        """--force over an earlier capture replaces it: its meta.json and the segments of every
+        table folder go (tables of other versions too), so no row of it mixes into the new one.
+        Only names of our own format are removed, and no link is followed."""
         removed = 0
         for entry in os.scandir(self.fd):
-            if entry.name == "meta.json" and entry.is_file(follow_symlinks=False):
+            if entry.name == META_FILE and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.name, dir_fd=self.fd)
                 removed += 1
-            elif entry.name in TABLE_MAJOR and entry.is_dir(follow_symlinks=False):
+            elif not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
                 sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
                 try:
                     for seg in os.listdir(sub):
@@ -123,7 +125,8 @@ class TableWriter:
     and written through a Python file object the IPC writer made a Python call per column
     buffer, the largest single cost of the agent under emulation."""
 
-    def __init__(self, capture: CaptureDir, name: str, schema: pa.Schema, major: int):
+    def __init__(self, capture: CaptureDir, name: str):
+        major, schema = newest(name)
         self.capture = capture
         self.name = name
         self.schema = schema.with_metadata({**(schema.metadata or {}), **schema_tag(name, major)})
@@ -135,9 +138,6 @@ class TableWriter:
         self._sink = self._writer = None
         self._opened_at = 0.0
         self._segment_rows = 0
-
-    def _partial(self) -> str:
-        return f".{self.seq:06d}.arrow.partial"
 
     def append(self, table: pa.Table | pa.RecordBatch) -> None:
         if table.num_rows == 0:
@@ -174,11 +174,11 @@ class TableWriter:
         self._writer.close()
         data = self._sink.getvalue()
         self._writer = self._sink = None
-        with self.capture.create(self._partial(), self.dir_fd) as f:
+        with self.capture.create(partial_name(self.seq), self.dir_fd) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.rename(self._partial(), f"{self.seq:06d}.arrow", src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        os.rename(partial_name(self.seq), segment_name(self.seq), src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         self.closed_bytes += data.size
         self.segments += 1
 
@@ -191,21 +191,18 @@ class TableWriter:
 
 
 class CaptureWriter:
-    """The capture as the agent sees it: named tables and meta.json."""
+    """The capture as the agent sees it: the registry's tables (tables.TABLES) and meta.json."""
 
-    def __init__(self, path: str, schemas: dict[str, tuple[pa.Schema, int]],
-                 force: bool = False, group_readable: bool = False):
+    def __init__(self, path: str, force: bool = False, group_readable: bool = False):
         self.dir = CaptureDir(path, force, group_readable)
         self.path = path
         self.replaced = self.dir.remove_earlier_capture() if force else 0
-        self._schemas = schemas
         self.tables: dict[str, TableWriter] = {}
         self.failed: str | None = None
 
     def _table(self, name: str) -> TableWriter:
         if name not in self.tables:
-            schema, major = self._schemas[name]
-            self.tables[name] = TableWriter(self.dir, name, schema, major)
+            self.tables[name] = TableWriter(self.dir, name)
         return self.tables[name]
 
     def _guard(self, what: str, fn, *args):
@@ -226,7 +223,7 @@ class CaptureWriter:
             self._guard(t.name, t.tick, now)
 
     def write_meta(self, meta: dict) -> None:
-        self._guard("meta.json", self.dir.replace_json, "meta.json", meta)
+        self._guard(META_FILE, self.dir.replace_json, META_FILE, meta)
 
     def size_bytes(self) -> int:
         return sum(t.size() for t in self.tables.values())

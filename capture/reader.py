@@ -1,43 +1,25 @@
-"""Reading captures: the capture directory format, as DESIGN.md defines it.
+"""Reading captures, finished or still being written (DESIGN.md, capture format).
 
-A capture is a directory with meta.json and one folder per table holding
-finished Arrow IPC segments (000001.arrow, ...). The segment being written is a
-dotfile, .NNNNNN.arrow.partial, renamed when closed. Each table's schema
-carries `slotscope.schema = "<table>/<major>"`; this reader unifies schemas
-across segments (older segments get nulls for newer columns) and refuses a
-capture or table from a future major version.
+The reader unifies schemas across segments (older segments get nulls for newer
+columns) and refuses a capture or table from a future major version. A capture
+that grows is re-read by reading only its new segments (SegmentCache): the TUI
+follows a recording that way, through the same reading as everything else.
 
 Every problem is a CaptureError with a message meant for the user, or, for
 damage that still leaves data readable, a line in Capture.problems.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-FORMAT_MAJOR = 1                       # meta.json "schema_version" this code reads
-SCHEMA_KEY = b"slotscope.schema"
-SEGMENT_RE = re.compile(r"^(\d{6})\.arrow$")
-PARTIAL_RE = re.compile(r"^\.(\d{6})\.arrow\.partial$")
-ARROW_MAGIC = b"ARROW1"
+from .format import ARROW_MAGIC, PARTIAL_RE, SCHEMA_KEY, SEGMENT_RE
+from .meta import CaptureError, read_meta
+from .tables import TABLES
 
-# The major version of each table this reader understands.
-TABLE_MAJOR = {
-    "syscall": 1, "procs": 1, "files": 1, "loss": 1, "agent": 1,
-    "rpc": 1, "nfs_io": 1, "slots": 1, "netdev": 1, "kmsg": 1,
-}
-
-
-class CaptureError(Exception):
-    """A capture that cannot be read at all; the message says why."""
-
-
-def schema_tag(table: str, major: int) -> dict[bytes, bytes]:
-    return {SCHEMA_KEY: f"{table}/{major}".encode()}
+CHUNKS_BEFORE_COMBINE = 32         # a growing table's segments are merged into one chunk past this
 
 
 @dataclass
@@ -54,26 +36,7 @@ class Capture:
             raise CaptureError(f"{path}: no such capture directory")
         if not os.path.isdir(path):
             raise CaptureError(f"{path}: not a capture directory (a capture is a directory with meta.json)")
-        meta_path = os.path.join(path, "meta.json")
-        if not os.path.exists(meta_path):
-            if not os.listdir(path):
-                raise CaptureError(f"{path}: empty directory, not a capture")
-            raise CaptureError(f"{path}: no meta.json, not a slotscope capture")
-        try:
-            with open(meta_path, encoding="utf-8") as f:
-                meta = json.load(f)
-        except PermissionError:
-            raise CaptureError(f"{meta_path}: permission denied (captures are root-only by default; "
-                               f"use sudo, or record with --group-readable)") from None
-        except (OSError, ValueError) as exc:
-            raise CaptureError(f"{meta_path}: unreadable ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != "slotscope-capture":
-            raise CaptureError(f"{meta_path}: not a slotscope capture's meta.json")
-        major = meta.get("schema_version", 0)
-        if not isinstance(major, int) or major > FORMAT_MAJOR:
-            raise CaptureError(f"{path}: capture format version {major} is newer than this slotscope "
-                               f"reads ({FORMAT_MAJOR}): upgrade slotscope")
-        return cls(path=path, meta=meta)
+        return cls(path=path, meta=read_meta(path))
 
     def tables(self) -> list[str]:
         return sorted(name for name in os.listdir(self.path)
@@ -97,19 +60,20 @@ class Capture:
 
     def read(self, table: str, include_partial: bool = False) -> pa.Table | None:
         """All whole record batches of a table, schemas unified; None if the table has no rows."""
-        parts = []
-        for seg in self.segments(table, include_partial):
-            t = self._read_segment(table, seg)
-            if t is not None and t.num_rows:
-                parts.append(t)
-        if not parts:
-            return None
+        return self.concat(table, [self.read_segment(table, seg) for seg in self.segments(table, include_partial)])
+
+    def concat(self, table: str, parts: list[pa.Table | None]) -> pa.Table | None:
+        """One table of the segments read (None where a segment had no rows), schemas unified."""
+        parts = [t for t in parts if t is not None and t.num_rows]
+        if len(parts) <= 1:
+            return parts[0] if parts else None
         try:
             return pa.concat_tables(parts, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise CaptureError(f"{self.path}/{table}: segments with incompatible schemas ({exc})") from None
 
-    def _read_segment(self, table: str, seg: str) -> pa.Table | None:
+    def read_segment(self, table: str, seg: str) -> pa.Table | None:
+        """One finished segment (a path from segments()); None when it is damaged beyond reading."""
         rel = os.path.relpath(seg, self.path)
         try:
             # Memory-mapped: the columns are the page cache's pages, not copies.
@@ -162,10 +126,42 @@ class Capture:
         name, _, major = tag.partition("/")
         if name != table or not major.isdigit():
             raise CaptureError(f"{rel}: not a slotscope '{table}' segment (schema tag {tag!r})")
-        if table in TABLE_MAJOR and int(major) > TABLE_MAJOR[table]:
+        if table in TABLES and int(major) > max(TABLES[table]):
             raise CaptureError(f"{rel}: table '{table}' version {major} is newer than this slotscope "
-                               f"reads ({TABLE_MAJOR.get(table)}): upgrade slotscope")
+                               f"reads ({max(TABLES[table])}): upgrade slotscope")
 
 
 def open_captures(paths: list[str]) -> list[Capture]:
     return [Capture.open(p) for p in paths]
+
+
+class SegmentCache:
+    """The finished segments of one capture already read, per table: a capture that grows is
+    re-read by reading only its new segments (a recording closes one about every second)."""
+
+    def __init__(self):
+        self.tables: dict[str, tuple[frozenset, pa.Table | None]] = {}
+        self.newest_mtime = 0.0
+
+    def seen(self, table: str) -> frozenset:
+        """The segments of `table` read so far."""
+        return self.tables.get(table, (frozenset(), None))[0]
+
+    def read(self, capture: Capture, table: str) -> pa.Table | None:
+        segs = capture.segments(table)
+        seen, have = self.tables.get(table, (frozenset(), None))
+        new = [s for s in segs if s not in seen]
+        if not new and table in self.tables:
+            return have
+        parts = [have]
+        for seg in new:
+            try:
+                self.newest_mtime = max(self.newest_mtime, os.stat(seg).st_mtime)
+            except OSError:
+                pass
+            parts.append(capture.read_segment(table, seg))
+        full = capture.concat(table, parts)
+        if full is not None and full.column(0).num_chunks > CHUNKS_BEFORE_COMBINE:
+            full = full.combine_chunks()
+        self.tables[table] = (seen | frozenset(new), full)
+        return full

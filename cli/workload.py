@@ -7,7 +7,7 @@ rank 1 from a child process whose environment has no rank variables (a writer
 subprocess): both must be charged to their rank. What every rank did is written
 to a manifest, so a test can compare a capture with the truth.
 
-    python -m slotscope.agent.workload --dir D --ranks N [--manifest F] [--chunk B] [--chunks K]
+    python -m slotscope.cli.workload --dir D --ranks N [--manifest F] [--chunk B] [--chunks K]
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     procs = []
     for r in range(args.ranks):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(args.ranks))
-        cmd = [sys.executable, "-m", "slotscope.agent.workload", "--dir", args.dir, "--rank", str(r),
+        cmd = [sys.executable, "-m", "slotscope.cli.workload", "--dir", args.dir, "--rank", str(r),
                "--chunk", str(args.chunk), "--chunks", str(args.chunks)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
     ranks = []

@@ -16,12 +16,11 @@ import sys
 import tempfile
 from importlib import resources
 
+from slotscope.agent.recorder import RecordError, RecordOptions, record
 from slotscope.analyzer.analysis import analyze
-from slotscope.analyzer.report_text import render_text
 from slotscope.analyzer.job import Job
-
-from .meta import slotscope_version
-from .recorder import RecordError, RecordOptions, record
+from slotscope.analyzer.report_text import render_text
+from slotscope.capture.meta import slotscope_version
 
 
 def sample_path() -> str:
@@ -53,7 +52,7 @@ def run_demo(args) -> int:
     work = tempfile.mkdtemp(prefix="slotscope-demo-")
     capture = args.keep or os.path.join(work, "capture")
     ckpt = os.path.join(work, "checkpoint")
-    workload = [sys.executable, "-m", "slotscope.agent.workload", "--dir", ckpt, "--ranks", str(args.ranks)]
+    workload = [sys.executable, "-m", "slotscope.cli.workload", "--dir", ckpt, "--ranks", str(args.ranks)]
     print(f"slotscope demo: recording a {args.ranks}-rank checkpoint save into {ckpt}", file=sys.stderr)
     try:
         status = record(RecordOptions(output=capture, paths=[ckpt], command=workload, status=False),
