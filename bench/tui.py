@@ -11,7 +11,7 @@ One run measures the baseline (10 ranks) and the target (1,000 ranks) the same w
   loop lag ms  how late a 10 ms timer on the UI's event loop fires: p95, max (the
                responsiveness a key press sees)
   key ms       from pressing `down` to the rank table's cursor having moved: mean, max
-  analysis ms  the worker's time per refresh (analyzer.timeline.overview), mean
+  analysis ms  the worker's time per refresh (analyzer.view.overview), mean
   refreshes/s  results shown per second (requests made while the worker is busy merge)
   CPU %        process CPU time / wall time over the run (all threads; 100 = one core)
 

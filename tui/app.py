@@ -4,7 +4,7 @@ stop record) is re-read every poll (its new segments only) and the cursor follow
 finished one has a time cursor to scrub.
 
 Work is split so the screen stays responsive with 1,000 ranks at 10 refreshes a second: the
-capture is read and analysed (analyzer.timeline.overview) in a separate process (worker.py: no
+capture is read and analysed (analyzer.view.overview) in a separate process (worker.py: no
 GIL shared with the screen), a worker thread waits for its answer and posts it; requests that
 arrive meanwhile are merged into one more run with the latest state (a held-down arrow key
 costs one analysis, not one per repeat); results are kept per (data generation, cursor) so
@@ -25,7 +25,7 @@ from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.timeline import rank_key
+from slotscope.analyzer.ranks import rank_key
 
 from .panels import (RANK_COLUMNS, FindingsScreen, HelpScreen, RankScreen, banner_text, findings_text,
                      matches, nfs_text, rpc_text, series_bins)

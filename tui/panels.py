@@ -1,4 +1,4 @@
-"""The panels of `slotscope top`: they format what analyzer.timeline.overview() computed
+"""The panels of `slotscope top`: they format what analyzer.view.overview() computed
 (no analysis here), and the screens: drill-down, findings, help."""
 from __future__ import annotations
 
@@ -354,7 +354,7 @@ class RankScreen(Screen):
 
     def __init__(self, rank: dict):
         super().__init__()
-        from slotscope.analyzer.timeline import rank_key
+        from slotscope.analyzer.ranks import rank_key
         self.key = rank_key(rank)
         self.rank = rank
         self.detail: dict | None = None

@@ -1,6 +1,6 @@
 """Where the TUI's analysis runs: a separate process by default.
 
-The analysis (analyzer.timeline.overview) is Python and Arrow code that holds the GIL for
+The analysis (analyzer.view.overview) is Python and Arrow code that holds the GIL for
 tens of milliseconds at a time with 1,000 ranks; in a thread of the UI's process every such
 stretch is a frame the screen cannot draw and a key it cannot answer (bench/tui.py measured
 UI-loop stalls of 90-280 ms that way). In its own process it costs the screen nothing: the
@@ -24,7 +24,8 @@ import threading
 from collections import OrderedDict
 
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.timeline import JobSource, overview
+from slotscope.analyzer.timeline import JobSource
+from slotscope.analyzer.view import overview
 
 CACHE_RESULTS = 8           # results kept for scrubbing back (each holds every rank)
 NICE = 10                   # the analysis process's niceness

@@ -1,5 +1,6 @@
-"""analyzer.timeline: the job as of a time cursor, per-rank extras of the TUI's rank table, and
-following a capture that grows (no textual here: it is analyzer code)."""
+"""analyzer.timeline and the TUI's view model (analyzer.view and its parts): the job as of a time
+cursor, per-rank extras of the rank table, and following a capture that grows (no textual here:
+it is analyzer code)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,13 @@ import pytest
 from slotscope.capture.writer import CaptureWriter
 from slotscope.capture.tables import RPC, schema
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.ranks import rank_table
-from slotscope.analyzer.timeline import (JobSource, blocked_now, in_progress, overview, rank_detail, rank_extras,
-                                         rank_key, step_max, step_mean)
+from slotscope.analyzer.in_progress import blocked_now, in_progress
+from slotscope.analyzer.rank_detail import rank_detail
+from slotscope.analyzer.rank_extras import rank_extras
+from slotscope.analyzer.ranks import rank_key, rank_table
+from slotscope.analyzer.series import step_max, step_mean
+from slotscope.analyzer.timeline import JobSource
+from slotscope.analyzer.view import overview
 from unit_helpers import meta, proc, sc, syscall_table
 
 pytestmark = pytest.mark.unit

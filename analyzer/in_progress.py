@@ -1,0 +1,88 @@
+"""What each rank is blocked in at the time cursor: the traced syscalls in progress then."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slotscope.capture.meta import start_ns
+
+from .job import Job
+from .ranks import RANK_KEYS, with_identity
+
+SNAPSHOT_FRESH_NS = 2_000_000_000  # a blocked snapshot older than this says nothing about "now"
+BLOCKED_SHOWN_NS = 100_000_000     # a call in progress for less than this is not "blocked"
+
+
+def in_progress(job: Job, everything: Job | None, now_ns: int, fresh_ns: int = SNAPSHOT_FRESH_NS,
+                min_ns: int = BLOCKED_SHOWN_NS) -> pa.Table | None:
+    """The traced syscalls in progress at `now_ns` (since capture start) for at least `min_ns`,
+    one row per call, with the rank identity (with_identity) and `age_ns`, the longest first.
+
+    Two sources: the agent's `blocked` snapshots (calls in progress for over a second, about
+    every second: the latest snapshot at or before the cursor, if within `fresh_ns` of it; age
+    as of the snapshot); and, when `everything` (the whole job, past the cursor) is given, the
+    syscall rows that began before the cursor and returned after it (rows are written when a
+    call returns, so in replay they show what a rank was stuck in then; age as of the cursor)."""
+    parts = []
+    hosts = []
+    for i, cap in enumerate(job.captures):
+        host = cap.meta.get("host", "?")
+        cut = start_ns(cap.meta) + now_ns
+        snaps = cap.read("blocked")
+        if snaps is not None:
+            snaps = snaps.filter(pc.less_equal(snaps["ts"], cut))
+        if snaps is not None and snaps.num_rows:
+            latest = pc.max(snaps["ts"]).as_py()
+            if latest >= cut - fresh_ns:
+                s = snaps.filter(pc.equal(snaps["ts"], latest))
+                parts.append(pa.table({
+                    "tgid": pc.cast(s["tgid"], pa.uint32()), "tid": pc.cast(s["tid"], pa.uint32()),
+                    "syscall": pc.cast(s["syscall"], pa.string()), "path": s["path"],
+                    "ts_enter": pc.cast(s["ts_enter"], pa.int64()),
+                    "age_ns": pc.subtract(pa.scalar(latest, pa.int64()), pc.cast(s["ts_enter"], pa.int64())),
+                    "source": pa.array(["snapshot"] * s.num_rows, pa.string())}))
+                hosts.append((host, s.num_rows))
+        if everything is not None:
+            sc = everything.captures[i].read("syscall")
+            if sc is not None:
+                enter, leave = pc.cast(sc["ts_enter"], pa.int64()), pc.cast(sc["ts_exit"], pa.int64())
+                span = sc.filter(pc.and_(pc.less_equal(enter, cut - min_ns), pc.greater(leave, cut)))
+                if span.num_rows:
+                    enter = pc.cast(span["ts_enter"], pa.int64())
+                    parts.append(pa.table({
+                        "tgid": pc.cast(span["tgid"], pa.uint32()), "tid": pc.cast(span["tid"], pa.uint32()),
+                        "syscall": pc.cast(span["syscall"], pa.string()), "path": span["path"],
+                        "ts_enter": enter, "age_ns": pc.subtract(pa.scalar(cut, pa.int64()), enter),
+                        "source": pa.array(["trace"] * span.num_rows, pa.string())}))
+                    hosts.append((host, span.num_rows))
+    if not parts:
+        return None
+    t = pa.concat_tables(parts)
+    t = t.append_column("host", pa.array([h for h, n in hosts for _ in range(n)], pa.string()))
+    t = t.filter(pc.greater_equal(t["age_ns"], min_ns))
+    if not t.num_rows:
+        return None
+    # one row per call (a call can be in a snapshot and in the trace): the longest age wins
+    t = t.sort_by([("age_ns", "descending")])
+    seen, keep = set(), []
+    for k in zip(t["host"].to_pylist(), t["tid"].to_pylist(), t["ts_enter"].to_pylist()):
+        keep.append(k not in seen)
+        seen.add(k)
+    t = t.filter(pa.array(keep))
+    return with_identity(job, t).sort_by([("age_ns", "descending"), ("tid", "ascending")])
+
+
+def blocked_now(calls: pa.Table | None) -> dict[tuple, dict]:
+    """Per rank (rank_key): the longest call it is blocked in (syscall, path, age_ns, source)
+    and how many of its calls are in progress."""
+    out: dict[tuple, dict] = {}
+    if calls is None:
+        return out
+    for row in calls.select(RANK_KEYS + ["syscall", "path", "age_ns", "source"]).to_pylist():
+        key = (row["host"], row["rank"], row["solo"])
+        if key in out:
+            out[key]["calls"] += 1
+            continue
+        out[key] = {"syscall": row["syscall"], "path": row["path"], "age_ns": row["age_ns"],
+                    "source": row["source"], "calls": 1}
+    return out
