@@ -2,12 +2,41 @@
 rate from transport_table(), binned on the capture's time axis (ns since its start)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from slotscope.capture.meta import start_ns
 
 from .job import Job
 from .transports import transport_table
+
+
+@dataclass(frozen=True)
+class LinkSeries:
+    """The link toward a transport's server: its mean rate out and in per bin (bits/s)."""
+    iface: str
+    speed_bps: int | None            # its capacity, when the NIC says
+    peak_bps: float
+    tx: list[float]
+    rx: list[float]
+
+
+@dataclass(frozen=True)
+class TransportSeries:
+    """One transport on `bins` equal bins from the capture's start to `span_ns`. The slot
+    figures are None when it has no slot samples."""
+    host: str
+    server: str | None
+    limit: int | None                # the slots it may use
+    bins: int
+    span_ns: int
+    in_use: list[float] | None = None         # mean in use per bin
+    in_use_peak: list[float] | None = None    # the most in use at some time in each bin
+    waiting: list[float] | None = None        # mean waiting for a slot per bin
+    peak_in_use: int | None = None            # over the whole capture
+    waiting_peak: int | None = None
+    link: LinkSeries | None = None
 
 
 def step_mean(ts: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -37,7 +66,7 @@ def step_max(ts: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarra
     return out
 
 
-def transport_series(job: Job, span_ns: int, bins: int) -> list[dict]:
+def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]:
     """Per transport of transport_table(): slot occupancy (mean and peak in use per bin, mean
     waiting for a slot) against its limit, and the link's mean rate out and in per bin against
     its capacity, on `bins` equal bins from the capture's start to `span_ns`."""
@@ -49,19 +78,17 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[dict]:
         cap = next(c for c in job.captures if c.meta.get("host", "?") == t["host"])
         to_axis = job.utc_offset_ns(t["host"]) + start_ns(cap.meta)      # UTC ns -> since start
         limit = t["max_slots"] if not t["session_slots"] else min(t["max_slots"] or 1 << 30, t["session_slots"])
-        entry = {"host": t["host"], "server": t["server"], "limit": limit, "bins": bins, "span_ns": span_ns,
-                 "in_use": None, "in_use_peak": None, "waiting": None, "peak_in_use": None, "waiting_peak": None,
-                 "link": None}
+        slots = {}
         occ = t.get("_occupancy")
         if occ is not None:
             ts = occ.ts - to_axis
             in_use = occ.cols["in_use"]
             waiting = occ.cols["backlog"] + occ.cols["session_wait"]
-            entry.update(in_use=step_mean(ts, in_use, edges).tolist(),
+            slots = dict(in_use=step_mean(ts, in_use, edges).tolist(),
                          in_use_peak=step_max(ts, in_use, edges).tolist(),
                          waiting=step_mean(ts, waiting, edges).tolist(),
                          peak_in_use=int(in_use.max()), waiting_peak=int(waiting.max()))
-        link = t["link"]
+        link, rates = t["link"], None
         if link and link.get("_series") is not None and len(link["_series"][0]):
             ends, tx, rx = link["_series"]
             ends = np.asarray(ends, dtype=np.int64) - to_axis
@@ -69,10 +96,8 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[dict]:
             first = ends[0] - (ends[1] - ends[0] if ends.size > 1 else 1_000_000_000)
             starts = np.concatenate(([first], ends[:-1]))
             ts = np.concatenate((starts, [ends[-1]]))
-            entry["link"] = {
-                "iface": link["iface"], "speed_bps": link["speed_bps"], "peak_bps": link["peak_bps"],
-                "tx": step_mean(ts, np.append(np.asarray(tx, float), 0.0), edges).tolist(),
-                "rx": step_mean(ts, np.append(np.asarray(rx, float), 0.0), edges).tolist(),
-            }
-        out.append(entry)
+            rates = LinkSeries(link["iface"], link["speed_bps"], link["peak_bps"],
+                               tx=step_mean(ts, np.append(np.asarray(tx, float), 0.0), edges).tolist(),
+                               rx=step_mean(ts, np.append(np.asarray(rx, float), 0.0), edges).tolist())
+        out.append(TransportSeries(t["host"], t["server"], limit, bins, span_ns, **slots, link=rates))
     return out

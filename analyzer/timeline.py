@@ -19,7 +19,7 @@ from slotscope.capture.meta import start_ns
 from slotscope.capture.reader import Capture, SegmentCache
 
 from .job import Job
-from .series import transport_series
+from .series import TransportSeries, transport_series
 
 # The column that places a row in time; "ts" when not listed. Syscall and RPC rows are written
 # when they end, so as of a cursor only the ones that had ended are known.
@@ -144,7 +144,7 @@ class JobSource:
     def at(self, until_ns: int | None) -> Job:
         return Job([CaptureAt(v.capture, until_ns, v.cache, v.segments) for v in self.views])
 
-    def series(self, bins: int) -> list[dict]:
+    def series(self, bins: int) -> list[TransportSeries]:
         """transport_series() of everything read so far, cached until the capture grows."""
         key = bins
         if key not in self._series:

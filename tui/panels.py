@@ -193,8 +193,8 @@ def nfs_text(result: dict) -> Text:
     tl = result["timeline"]
     if not series:
         return _line(("slots & link", "bold"), "  no transport seen yet")
-    bins = series[0]["bins"]
-    span = series[0]["span_ns"] or 1
+    bins = series[0].bins
+    span = series[0].span_ns or 1
     cursor = min(bins - 1, int(bins * tl["cursor_ns"] / span)) if span else None
     axis = ["─"] * bins
     if cursor is not None and 0 <= cursor < bins:
@@ -204,34 +204,34 @@ def nfs_text(result: dict) -> Text:
     lines = [_line(("slots & link", "bold"), "0 s ".rjust(LABEL_W - 12), (a[:at], "dim"), (a[at:at + 1], "bold"),
                    (a[at + 1:], "dim"), f" {secs(span)} ", (f"· cursor {secs(tl['cursor_ns'])}", "dim"))]
     now = {(t["host"], t["server"]): t for t in result["transports"]}
-    hosts = {s["host"] for s in series}
+    hosts = {s.host for s in series}
     for s in series:
-        t = now.get((s["host"], s["server"]), {})
-        name = s["server"] or "?"
+        t = now.get((s.host, s.server), {})
+        name = s.server or "?"
         if len(hosts) > 1:
-            name = f"{s['host']}→{name}"
-        limit = s["limit"]
-        if s["in_use"] is not None:
-            peak = s["in_use_peak"]
-            scale = limit or max(s["peak_in_use"] or 0, 1)
+            name = f"{s.host}→{name}"
+        limit = s.limit
+        if s.in_use is not None:
+            peak = s.in_use_peak
+            scale = limit or max(s.peak_in_use or 0, 1)
             full = f" · full {100 * t['saturated_fraction']:.0f}%" if t.get("saturated_fraction") is not None else ""
-            note = f"limit {limit or '?'} · peak {t.get('peak_in_use', s['peak_in_use'])}{full}"
+            note = f"limit {limit or '?'} · peak {t.get('peak_in_use', s.peak_in_use)}{full}"
             lines.append(_line(_label(f"{name} in use"), spark(
-                s["in_use"], scale, lambda i: "red" if limit and peak[i] >= limit else "green", cursor), f"  {note}"))
+                s.in_use, scale, lambda i: "red" if limit and peak[i] >= limit else "green", cursor), f"  {note}"))
             lines.append(_line(_label("  waiting for a slot"), spark(
-                s["waiting"], max(s["waiting_peak"] or 0, 1), lambda i: "yellow", cursor),
-                f"  peak {t.get('backlog_peak', s['waiting_peak'])} waiting"))
+                s.waiting, max(s.waiting_peak or 0, 1), lambda i: "yellow", cursor),
+                f"  peak {t.get('backlog_peak', s.waiting_peak)} waiting"))
         else:
             lines.append(_line(_label(f"{name} in use"), ("no slot samples", "dim")))
-        link = s["link"]
+        link = s.link
         if link:
-            speed = link["speed_bps"]
-            scale = speed or link["peak_bps"] or 1
-            util = [max(a, b) for a, b in zip(link["tx"], link["rx"])]
+            speed = link.speed_bps
+            scale = speed or link.peak_bps or 1
+            util = [max(a, b) for a, b in zip(link.tx, link.rx)]
             hot = (lambda i: "red" if util[i] >= 0.8 * speed else "cyan") if speed else (lambda i: "cyan")
             cap = f"of {rate(speed)}" if speed else "· speed unknown"
-            lines.append(_line(_label(f"  link {link['iface']}"), spark(util, scale, hot, cursor),
-                               f"  peak {rate(link['peak_bps'])} {cap}"))
+            lines.append(_line(_label(f"  link {link.iface}"), spark(util, scale, hot, cursor),
+                               f"  peak {rate(link.peak_bps)} {cap}"))
     return Text("\n").join(lines)
 
 

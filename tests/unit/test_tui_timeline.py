@@ -258,21 +258,21 @@ def test_transport_series(nfs_cap):
     source = JobSource(Job.open([nfs_cap]))
     span = source.span_ns()
     [s] = source.series(60)                     # one bin a second (60 s capture)
-    assert s["server"] == "10.0.0.1:2049" and s["limit"] == 2 and s["bins"] == 60
-    assert s["peak_in_use"] == 2 and s["waiting_peak"] == 3
+    assert s.server == "10.0.0.1:2049" and s.limit == 2 and s.bins == 60
+    assert s.peak_in_use == 2 and s.waiting_peak == 3
     # the slot samples sit 1000 ns after each second (T0): the bin of second 2..3 is at 2 in use
     per = span / 60
     i = int(2.5 * S / per)
-    assert s["in_use_peak"][i] == 2 and s["in_use"][i] == pytest.approx(2, abs=0.01)
-    assert s["waiting"][i] == pytest.approx(3, abs=0.01)
-    assert s["in_use"][int(10 * S / per)] == 0
-    link = s["link"]
-    assert link["iface"] == "eth0" and link["speed_bps"] == 1_000_000_000
+    assert s.in_use_peak[i] == 2 and s.in_use[i] == pytest.approx(2, abs=0.01)
+    assert s.waiting[i] == pytest.approx(3, abs=0.01)
+    assert s.in_use[int(10 * S / per)] == 0
+    link = s.link
+    assert link.iface == "eth0" and link.speed_bps == 1_000_000_000
     # 125 MB in the 2 s up to 2 s: 500 Mb/s; nothing from 2 to 4 s; 1 Gb/s from 4 to 6 s
-    assert link["tx"][int(1 * S / per)] == pytest.approx(500e6, rel=0.01)
-    assert link["tx"][int(3 * S / per)] == pytest.approx(0, abs=1e3)
-    assert link["tx"][int(5 * S / per)] == pytest.approx(1e9, rel=0.01)
-    assert link["tx"][int(20 * S / per)] == 0
+    assert link.tx[int(1 * S / per)] == pytest.approx(500e6, rel=0.01)
+    assert link.tx[int(3 * S / per)] == pytest.approx(0, abs=1e3)
+    assert link.tx[int(5 * S / per)] == pytest.approx(1e9, rel=0.01)
+    assert link.tx[int(20 * S / per)] == 0
     assert source.series(60) is source.series(60)                # cached until the capture grows
 
 
