@@ -1,6 +1,8 @@
 """What each rank is blocked in at the time cursor: the traced syscalls in progress then."""
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -11,6 +13,21 @@ from .ranks import RANK_KEYS, with_identity
 
 SNAPSHOT_FRESH_NS = 2_000_000_000  # a blocked snapshot older than this says nothing about "now"
 BLOCKED_SHOWN_NS = 100_000_000     # a call in progress for less than this is not "blocked"
+
+
+@dataclass(frozen=True)
+class BlockedCall:
+    """A traced syscall in progress at the cursor."""
+    tid: int
+    syscall: str
+    path: str | None
+    age_ns: int                      # in it for this long, as of the cursor (or of the snapshot)
+    source: str                      # "snapshot" (the agent's blocked table) or "trace" (its row, in replay)
+
+
+def call_list(calls: pa.Table) -> list[BlockedCall]:
+    """The rows of in_progress() (or some of them) as BlockedCalls, in their order."""
+    return [BlockedCall(**row) for row in calls.select([f.name for f in fields(BlockedCall)]).to_pylist()]
 
 
 def in_progress(job: Job, everything: Job | None, now_ns: int, fresh_ns: int = SNAPSHOT_FRESH_NS,

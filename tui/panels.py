@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
+from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
 from slotscope.analyzer.units import rate, size
 
@@ -357,7 +358,7 @@ class RankScreen(Screen):
         from slotscope.analyzer.ranks import rank_key
         self.key = rank_key(rank)
         self.rank = rank
-        self.detail: dict | None = None
+        self.detail: RankDetail | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="rank-title")
@@ -383,7 +384,7 @@ class RankScreen(Screen):
         for r in rows:
             table.add_row(*r)
 
-    def show(self, r: dict, detail: dict | None) -> None:
+    def show(self, r: dict, detail: RankDetail | None) -> None:
         self.rank = r
         self.detail = detail
         who = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]} (no rank)"
@@ -394,11 +395,11 @@ class RankScreen(Screen):
             f"WRITE RPCs of {size(r['mean_rpc_bytes'])} · p99 {ms(r.get('p99_ns'))} ms · "
             f"blocked {secs(r['blocked_ns'], 2)} · slot wait {secs(r['slot_wait_ns'], 2)}   "
             f"[dim](escape: back)[/]")
-        blocked = (detail or {}).get("blocked") or []
+        blocked = detail.blocked if detail else []
         if blocked:
             text = "[b red]blocked now:[/] " + "; ".join(
-                f"tid {b['tid']} in {escape(b['syscall'])} for {secs(b['age_ns'])} on {escape(b['path'] or '?')}"
-                + (" (snapshot)" if b["source"] == "snapshot" else "") for b in blocked[:4])
+                f"tid {b.tid} in {escape(b.syscall)} for {secs(b.age_ns)} on {escape(b.path or '?')}"
+                + (" (snapshot)" if b.source == "snapshot" else "") for b in blocked[:4])
         else:
             slow = r.get("slowest_recent")
             text = "[dim]not blocked at the cursor" + (
@@ -413,9 +414,9 @@ class RankScreen(Screen):
         if detail is None:
             title.update("[b]RPCs[/] [dim]reading...[/]")
         else:
-            how = ", ".join(f"{n} {k}" for k, n in sorted(detail["rpc"]["attribution"].items()))
+            how = ", ".join(f"{n} {k}" for k, n in sorted(detail.attribution.items()))
             title.update(f"[b]RPCs[/] [dim](ms per RPC; attributed: {how or 'none'})[/]")
-            for name, p in sorted(detail["rpc"]["by_proc"].items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
+            for name, p in sorted(detail.by_proc.items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
                 parts = proc_split(p)
                 if parts is None:
                     rpc_rows.append((name, "0", "", f"{p.get('outstanding', 0)} outstanding", "", "", "", ""))
@@ -426,8 +427,8 @@ class RankScreen(Screen):
         self.fill(self.query_one("#rpcs", DataTable),
                   ("procedure", "count", "bytes", "slot wait", "transmit", "rtt", "execute", "p99"), rpc_rows)
         self.fill(self.query_one("#files", DataTable), ("file", "written", "calls", "total ms", "max ms"), [
-            (f["path"], size(f["bytes"]), f"{f['calls']:,}", ms(f["total_ns"]), ms(f["max_ns"]))
-            for f in (detail or {}).get("files", [])])
+            (f.path, size(f.bytes), f"{f.calls:,}", ms(f.total_ns), ms(f.max_ns))
+            for f in (detail.files if detail else [])])
 
 
 HELP = """[b]slotscope top[/]

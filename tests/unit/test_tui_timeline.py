@@ -11,7 +11,7 @@ from slotscope.capture.writer import CaptureWriter
 from slotscope.capture.tables import RPC, schema
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.in_progress import blocked_now, in_progress
-from slotscope.analyzer.rank_detail import rank_detail
+from slotscope.analyzer.rank_detail import FileStats, rank_detail
 from slotscope.analyzer.rank_extras import rank_extras
 from slotscope.analyzer.ranks import rank_key, rank_table
 from slotscope.analyzer.series import step_max, step_mean
@@ -133,12 +133,12 @@ def test_p99_is_numpys_higher_percentile(build_capture):
 def test_rank_detail_files_and_rpcs(cap):
     job = Job.open([cap])
     d = rank_detail(job, "node-a", [10])
-    assert d["files"] == [                                          # most written first
-        {"path": "/mnt/ckpt/optim", "bytes": 8192, "calls": 1, "total_ns": 3_000_000, "max_ns": 3_000_000},
-        {"path": "/mnt/ckpt/shard", "bytes": 4096, "calls": 2, "total_ns": 51_000_000, "max_ns": 50_000_000},
+    assert d.files == [                                             # most written first
+        FileStats(path="/mnt/ckpt/optim", bytes=8192, calls=1, total_ns=3_000_000, max_ns=3_000_000),
+        FileStats(path="/mnt/ckpt/shard", bytes=4096, calls=2, total_ns=51_000_000, max_ns=50_000_000),
     ]
-    assert d["rpc"] == {"by_proc": {}, "attribution": {}}          # no rpc table in this capture
-    assert d["blocked"] == []
+    assert (d.by_proc, d.attribution) == ({}, {})                  # no rpc table in this capture
+    assert d.blocked == []
 
 
 # ---- captures with RPCs, slot samples, NIC counters and blocked snapshots ----
@@ -236,13 +236,13 @@ def test_in_progress_from_the_trace_and_from_snapshots(nfs_cap):
 def test_rank_detail_splits_the_ranks_rpcs_per_procedure(nfs_cap):
     source = JobSource(Job.open([nfs_cap]))
     d = rank_detail(source.at(None), "node-a", [10])
-    assert sorted(d["rpc"]["by_proc"]) == ["WRITE"]
-    w = d["rpc"]["by_proc"]["WRITE"]
+    assert sorted(d.by_proc) == ["WRITE"]
+    w = d.by_proc["WRITE"]
     assert w["count"] == 2 and w["bytes"] == 8192 and w["slot_wait_ns"] == 105_000_000
-    assert d["rpc"]["attribution"] == {"direct": 2}
-    assert sorted(rank_detail(source.at(None), "node-a", [11])["rpc"]["by_proc"]) == ["COMMIT", "WRITE"]
+    assert d.attribution == {"direct": 2}
+    assert sorted(rank_detail(source.at(None), "node-a", [11]).by_proc) == ["COMMIT", "WRITE"]
     # as of 1.5 s: only the RPCs that had ended
-    assert rank_detail(source.at(1.5 * S), "node-a", [10])["rpc"]["by_proc"]["WRITE"]["count"] == 1
+    assert rank_detail(source.at(1.5 * S), "node-a", [10]).by_proc["WRITE"]["count"] == 1
 
 
 def test_step_mean_and_max():
