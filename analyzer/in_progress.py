@@ -1,6 +1,7 @@
 """What each rank is blocked in at the time cursor: the traced syscalls in progress then."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, fields
 
 import pyarrow as pa
@@ -23,6 +24,13 @@ class BlockedCall:
     path: str | None
     age_ns: int                      # in it for this long, as of the cursor (or of the snapshot)
     source: str                      # "snapshot" (the agent's blocked table) or "trace" (its row, in replay)
+
+
+@dataclass(frozen=True)
+class BlockedNow:
+    """What a rank is blocked in: the longest of its `calls` in progress."""
+    longest: BlockedCall
+    calls: int
 
 
 def call_list(calls: pa.Table) -> list[BlockedCall]:
@@ -89,17 +97,15 @@ def in_progress(job: Job, everything: Job | None, now_ns: int, fresh_ns: int = S
     return with_identity(job, t).sort_by([("age_ns", "descending"), ("tid", "ascending")])
 
 
-def blocked_now(calls: pa.Table | None) -> dict[tuple, dict]:
-    """Per rank (rank_key): the longest call it is blocked in (syscall, path, age_ns, source)
-    and how many of its calls are in progress."""
-    out: dict[tuple, dict] = {}
+def blocked_now(calls: pa.Table | None) -> dict[tuple, BlockedNow]:
+    """Per rank (rank_key): the longest call it is blocked in, and how many of its calls are in
+    progress."""
     if calls is None:
-        return out
-    for row in calls.select(RANK_KEYS + ["syscall", "path", "age_ns", "source"]).to_pylist():
-        key = (row["host"], row["rank"], row["solo"])
-        if key in out:
-            out[key]["calls"] += 1
-            continue
-        out[key] = {"syscall": row["syscall"], "path": row["path"], "age_ns": row["age_ns"],
-                    "source": row["source"], "calls": 1}
-    return out
+        return {}
+    longest: dict[tuple, BlockedCall] = {}
+    count: Counter = Counter()
+    ranks = zip(*(calls[k].to_pylist() for k in RANK_KEYS))
+    for key, call in zip(ranks, call_list(calls)):          # the longest first
+        longest.setdefault(key, call)
+        count[key] += 1
+    return {key: BlockedNow(call, count[key]) for key, call in longest.items()}

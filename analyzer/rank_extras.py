@@ -2,6 +2,8 @@
 calls and their mean size, and the slowest recent syscall, as of the time cursor."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,6 +15,23 @@ from .ranks import RANK_KEYS, with_identity
 from .timeline import syscalls_since_start
 
 RECENT_NS = 5_000_000_000          # "slowest recent": syscalls that ended in the last 5 s
+
+
+@dataclass(frozen=True)
+class SlowCall:
+    """The slowest syscall a rank returned from in the seconds before the cursor."""
+    syscall: str
+    latency_ns: int
+    ago_ns: int                      # it returned this long before the cursor
+    path: str | None
+
+
+@dataclass(frozen=True)
+class RankExtras:
+    p99_ns: int | None = None        # of its syscalls' latency
+    write_calls: int = 0
+    mean_write: float | None = None  # bytes per write call
+    slowest_recent: SlowCall | None = None
 
 
 def _p99_per_group(sc: pa.Table, keys: list[str]) -> dict[tuple, int]:
@@ -41,7 +60,7 @@ def _p99_per_group(sc: pa.Table, keys: list[str]) -> dict[tuple, int]:
     return {k: int(lat[i]) for k, i in zip(group_keys, pick)}
 
 
-def rank_extras(job: Job, now_ns: int | None = None, recent_ns: int = RECENT_NS) -> dict[tuple, dict]:
+def rank_extras(job: Job, now_ns: int | None = None, recent_ns: int = RECENT_NS) -> dict[tuple, RankExtras]:
     """Per rank (keyed as rank_key): p99 syscall latency, write calls and mean write size, and
     the slowest syscall that ended in the `recent_ns` before `now_ns` (since capture start;
     None: the end of the data)."""
@@ -51,19 +70,20 @@ def rank_extras(job: Job, now_ns: int | None = None, recent_ns: int = RECENT_NS)
     sc = with_identity(job, sc)
     keys = RANK_KEYS
     end = now_ns if now_ns is not None else int(pc.max(sc["ts_exit"]).as_py())
-    out: dict[tuple, dict] = {}
-    for key, p99 in _p99_per_group(sc, keys).items():
-        out[key] = {"p99_ns": p99, "write_calls": 0, "mean_write": None, "slowest_recent": None}
-    writes = sc.filter(pc.is_in(sc["syscall"], pa.array(WRITE_SYSCALLS)))
-    for g in writes.group_by(keys).aggregate([("bytes", "sum"), ("latency_ns", "count")]).to_pylist():
-        e = out[(g["host"], g["rank"], g["solo"])]
-        e["write_calls"] = g["latency_ns_count"]
-        e["mean_write"] = (g["bytes_sum"] or 0) / g["latency_ns_count"] if g["latency_ns_count"] else None
+    writes = {}
+    calls = sc.filter(pc.is_in(sc["syscall"], pa.array(WRITE_SYSCALLS)))
+    for g in calls.group_by(keys).aggregate([("bytes", "sum"), ("latency_ns", "count")]).to_pylist():
+        n = g["latency_ns_count"]
+        writes[(g["host"], g["rank"], g["solo"])] = (n, (g["bytes_sum"] or 0) / n if n else None)
+    slowest = {}
     recent = sc.filter(pc.and_(pc.greater(sc["ts_exit"], end - recent_ns), pc.less_equal(sc["ts_exit"], end)))
     recent = recent.sort_by([("latency_ns", "descending")])
     for row in recent.select(keys + ["syscall", "latency_ns", "ts_exit", "path"]).to_pylist():
-        e = out[(row["host"], row["rank"], row["solo"])]
-        if e["slowest_recent"] is None:
-            e["slowest_recent"] = {"syscall": row["syscall"], "latency_ns": row["latency_ns"],
-                                   "ago_ns": end - row["ts_exit"], "path": row["path"]}
+        key = (row["host"], row["rank"], row["solo"])
+        if key not in slowest:
+            slowest[key] = SlowCall(row["syscall"], row["latency_ns"], end - row["ts_exit"], row["path"])
+    out = {}
+    for key, p99 in _p99_per_group(sc, keys).items():
+        n, mean = writes.get(key, (0, None))
+        out[key] = RankExtras(p99, n, mean, slowest.get(key))
     return out

@@ -3,36 +3,63 @@ what the TUI shows beside it (per-rank extras, what each rank is blocked in, the
 series, a rank's drill-down). The TUI only formats it."""
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 from .analysis import analyze
-from .in_progress import blocked_now, in_progress
-from .rank_detail import rank_detail
-from .rank_extras import rank_extras
+from .in_progress import BlockedNow, blocked_now, in_progress
+from .rank_detail import RankDetail, rank_detail
+from .rank_extras import RankExtras, rank_extras
 from .ranks import rank_key
+from .series import TransportSeries
 from .timeline import JobSource
 
 
+@dataclass(frozen=True)
+class Timeline:
+    """Where the cursor stands on the capture's time axis."""
+    cursor_ns: int                   # since the capture's start
+    span_ns: int                     # how far the capture reaches
+    live: bool                       # it is still being written
+    updated_at: float | None         # wall-clock time of its newest segment read
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """A rank of the analysis, as is, with what the rank table shows beside it."""
+    key: tuple                       # rank_key(entry): the rank's identity from one refresh to the next
+    entry: dict                      # its entry in analysis["ranks"]
+    extras: RankExtras
+    blocked_now: BlockedNow | None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What `slotscope top` shows as of the cursor."""
+    analysis: dict                   # analyze() as of the cursor: the JSON of `analyze --json`, untouched
+    ranks: list[RankRow]             # one per analysis["ranks"] entry, in its order
+    timeline: Timeline
+    series: list[TransportSeries]    # on the bins asked for (none: empty)
+    detail: RankDetail | None        # the drill-down asked for
+    has_rpc: bool                    # the capture has RPC rows, at any time
+
+
 def overview(source: JobSource, until_ns: int | None, version: str, bins: int = 0,
-             detail: tuple[str, list[int]] | None = None) -> dict:
-    """analyze() as of the cursor, its ranks extended with rank_extras() and blocked_now(),
-    the time axis, the transports' series on `bins` bins (0: none), and, for `detail`
-    (host, pids), that rank's drill-down."""
+             detail: tuple[str, list[int]] | None = None) -> Overview:
+    """analyze() as of the cursor with rank_extras() and blocked_now() per rank, the time axis,
+    the transports' series on `bins` bins (0: none), and, for `detail` (host, pids), that
+    rank's drill-down."""
     job = source.at(until_ns)
     span = source.span_ns()
     cursor = span if until_ns is None else min(until_ns, span)
-    result = analyze(job, version)
+    analysis = analyze(job, version)
     extras = rank_extras(job, now_ns=cursor)
     calls = in_progress(job, source.at(None) if until_ns is not None else None, cursor)
     blocked = blocked_now(calls)
-    empty = {"p99_ns": None, "write_calls": 0, "mean_write": None, "slowest_recent": None}
-    for r in result["ranks"]:
-        r.update(extras.get(rank_key(r), empty))
-        r["blocked_now"] = blocked.get(rank_key(r))
-    result["timeline"] = {"cursor_ns": cursor, "span_ns": span, "live": source.live,
-                          "read_at": time.time(), "updated_at": source.updated_at(),
-                          "generation": source.generation}
-    result["series"] = source.series(bins) if bins else []
-    result["detail"] = rank_detail(job, detail[0], detail[1], calls) if detail else None
-    result["has_rpc"] = any(v.full("rpc") is not None for v in source.views)
-    return result
+    ranks = []
+    for entry in analysis["ranks"]:
+        key = rank_key(entry)
+        ranks.append(RankRow(key, entry, extras.get(key, RankExtras()), blocked.get(key)))
+    return Overview(analysis, ranks, Timeline(cursor, span, source.live, source.updated_at()),
+                    series=source.series(bins) if bins else [],
+                    detail=rank_detail(job, detail[0], detail[1], calls) if detail else None,
+                    has_rpc=any(v.full("rpc") is not None for v in source.views))

@@ -222,7 +222,7 @@ async def _drive(path: str, seconds: float, hz: float, analysis: str) -> dict:
         await pilot.pause(0.2)
         app.load_seconds.clear()
         app.frame_seconds.clear()
-        span = app.result["timeline"]["span_ns"]
+        span = app.result.timeline.span_ns
         running = True
 
         debug = os.environ.get("BENCH_TUI_DEBUG")

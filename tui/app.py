@@ -25,7 +25,7 @@ from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.ranks import rank_key
+from slotscope.analyzer.view import Overview, RankRow
 
 from .panels import (RANK_COLUMNS, FindingsScreen, HelpScreen, RankScreen, banner_text, findings_text,
                      matches, nfs_text, rpc_text, series_bins)
@@ -45,7 +45,7 @@ def _version() -> str:
 
 
 class Loaded(Message):
-    def __init__(self, result: dict, seconds: float):
+    def __init__(self, result: Overview, seconds: float):
         super().__init__()
         self.result = result
         self.seconds = seconds
@@ -87,7 +87,7 @@ class TopApp(App):
         self.live = any(c.live for c in job.captures)
         self.poll_seconds = poll_seconds
         self.play_seconds = play_seconds
-        self.result: dict | None = None
+        self.result: Overview | None = None
         self.cursor: int | None = None          # ns since capture start; None: the end (follow)
         self.playing = False
         self.sort_index = 0
@@ -112,7 +112,7 @@ class TopApp(App):
         yield Static("reading the capture...", id="banner")
         yield Static(id="nfs")
         yield Static(id="rpc")
-        yield RankTable(RANK_COLUMNS, rank_key, id="ranks")
+        yield RankTable(RANK_COLUMNS, id="ranks")
         with VerticalScroll(id="findings-box"):
             yield Static(id="findings")
         yield Input(placeholder="filter ranks: rank, host, comm or pid (enter: keep, escape: clear)", id="filter")
@@ -177,7 +177,7 @@ class TopApp(App):
     def tick(self) -> None:
         if not self.playing or self.result is None:
             return
-        span = self.result["timeline"]["span_ns"]
+        span = self.result.timeline.span_ns
         self.cursor = min(span, (self.cursor or 0) + self.step())
         if self.cursor >= span:
             self.playing = False
@@ -187,7 +187,7 @@ class TopApp(App):
         self.load_seconds.append(message.seconds)
         first = self.result is None
         self.result = message.result
-        self.live = message.result["timeline"]["live"]
+        self.live = message.result.timeline.live
         self.error = None
         self.render_all()
         if first:
@@ -210,11 +210,11 @@ class TopApp(App):
             self._texts[widget_id] = text
             self.query_one(f"#{widget_id}", Static).update(text)
 
-    def visible_ranks(self) -> list[dict]:
+    def visible_ranks(self) -> list[RankRow]:
         if self.result is None:
             return []
         col = RANK_COLUMNS[self.sort_index]
-        rows = [r for r in self.result["ranks"] if matches(r, self.filter_text)]
+        rows = [r for r in self.result.ranks if matches(r, self.filter_text)]
         return sorted(rows, key=col.sort, reverse=col.reverse)
 
     def render_all(self) -> None:
@@ -229,14 +229,14 @@ class TopApp(App):
             text += f"\n[red]cannot read: {self.error}[/]"
         self._set("banner", text)
         self._set("nfs", nfs_text(self.result))
-        self._set("rpc", rpc_text(self.result["rpc"]["by_proc"]) if self.result.get("has_rpc") else "")
-        self.query_one("#rpc").display = bool(self.result.get("has_rpc"))
-        self._set("findings", findings_text(self.result))
+        self._set("rpc", rpc_text(self.result.analysis["rpc"]["by_proc"]) if self.result.has_rpc else "")
+        self.query_one("#rpc").display = self.result.has_rpc
+        self._set("findings", findings_text(self.result.analysis))
         self.render_ranks()
         screen = self.screen
         if isinstance(screen, RankScreen):
             fresh = self.rank_by_key(screen.key)
-            detail = self.result.get("detail") if self.detail_for else None
+            detail = self.result.detail if self.detail_for else None
             if fresh is not None and (fresh is not screen.rank or detail is not screen.detail):
                 screen.show(fresh, detail)
         elif isinstance(screen, FindingsScreen) and screen.result is not self.result:
@@ -251,16 +251,16 @@ class TopApp(App):
         empty = "no rank matches" if self.filter_text else "no traced syscalls (yet)"
         self.query_one("#ranks", RankTable).set_rows(self.visible_ranks(), self.sort_index, empty)
 
-    def rank_by_key(self, key: tuple) -> dict | None:
-        for r in (self.result or {}).get("ranks", []):
-            if rank_key(r) == key:
+    def rank_by_key(self, key: tuple) -> RankRow | None:
+        for r in (self.result.ranks if self.result else []):
+            if r.key == key:
                 return r
         return None
 
     # actions
 
     def step(self) -> int:
-        span = self.result["timeline"]["span_ns"] if self.result else 0
+        span = self.result.timeline.span_ns if self.result else 0
         return max(span // STEPS, MIN_STEP_NS)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -272,8 +272,8 @@ class TopApp(App):
     def action_scrub(self, direction: int) -> None:
         if self.result is None:
             return
-        span = self.result["timeline"]["span_ns"]
-        now = self.result["timeline"]["cursor_ns"] if self.cursor is None else self.cursor
+        span = self.result.timeline.span_ns
+        now = self.result.timeline.cursor_ns if self.cursor is None else self.cursor
         self.cursor = max(0, min(span, now + direction * self.step()))
         self.request()
 
@@ -297,14 +297,14 @@ class TopApp(App):
         if self.live:
             self._toggle_follow()
             return
-        if not self.playing and (self.cursor is None or self.cursor >= self.result["timeline"]["span_ns"]):
+        if not self.playing and (self.cursor is None or self.cursor >= self.result.timeline.span_ns):
             self.cursor = 0
             self.request()
         self.playing = not self.playing
         self.render_all()
 
     def _toggle_follow(self) -> None:
-        self.cursor = self.result["timeline"]["cursor_ns"] if self.cursor is None else None
+        self.cursor = self.result.timeline.cursor_ns if self.cursor is None else None
         self.request(refresh=self.cursor is None)
         self.render_all()
 
@@ -343,7 +343,7 @@ class TopApp(App):
 
     def on_rank_table_selected(self, event: RankTable.Selected) -> None:
         row = event.row
-        self.detail_for = (row["host"], list(row["pids"]))
+        self.detail_for = (row.entry["host"], list(row.entry["pids"]))
         screen = RankScreen(row)
         self.push_screen(screen, callback=lambda _: self._close_detail())
         self.request()

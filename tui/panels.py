@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Static
 from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
 from slotscope.analyzer.units import rate, size
+from slotscope.analyzer.view import Overview, RankRow
 
 from .ranktable import Column
 
@@ -51,19 +52,19 @@ def short_path(path: str | None, parts: int = 2) -> str:
     return "/".join(path.rstrip("/").split("/")[-parts:]) or path
 
 
-def blocked_cell(r: dict) -> str:
-    b = r.get("blocked_now")
+def blocked_cell(r: RankRow) -> str:
+    b = r.blocked_now
     if not b:
         return ""
-    more = f" +{b['calls'] - 1}" if b["calls"] > 1 else ""
-    return f"{b['syscall']} {secs(b['age_ns'])}{more} {short_path(b['path'])}"
+    more = f" +{b.calls - 1}" if b.calls > 1 else ""
+    return f"{b.longest.syscall} {secs(b.longest.age_ns)}{more} {short_path(b.longest.path)}"
 
 
-def _blocked_style(r: dict) -> str | None:
-    b = r.get("blocked_now")
+def _blocked_style(r: RankRow) -> str | None:
+    b = r.blocked_now
     if not b:
         return None
-    return "bold red" if b["age_ns"] >= 1_000_000_000 else "yellow"
+    return "bold red" if b.longest.age_ns >= 1_000_000_000 else "yellow"
 
 
 def _num(v) -> float:
@@ -72,27 +73,31 @@ def _num(v) -> float:
 
 # The rank table's columns, in order; s cycles the sort through them.
 RANK_COLUMNS = [
-    Column("rank", 5, lambda r: "-" if r["rank"] is None else str(r["rank"]),
-           lambda r: (r["rank"] is None, r["rank"] or 0, r["host"], r["pids"]), right=True),
-    Column("host", 9, lambda r: r["host"] or "?", lambda r: (r["host"] or "", r["rank"] or 0)),
-    Column("pid", 8, lambda r: str(r["pids"][0]) + (f"+{len(r['pids']) - 1}" if len(r["pids"]) > 1 else ""),
-           lambda r: r["pids"]),
-    Column("comm", 9, lambda r: r["comm"] or "?", lambda r: r["comm"] or ""),
-    Column("written", 10, lambda r: size(r["bytes_written"]), lambda r: r["bytes_written"], True, True),
-    Column("WRITEs", 6, lambda r: "-" if r["write_rpcs"] is None else f"{r['write_rpcs']:,}",
-           lambda r: _num(r["write_rpcs"]), True, True),
-    Column("mean WRITE", 10, lambda r: size(r["mean_rpc_bytes"]), lambda r: _num(r["mean_rpc_bytes"]), True, True),
-    Column("p99 ms", 8, lambda r: ms(r.get("p99_ns")), lambda r: _num(r.get("p99_ns")), True, True),
-    Column("slot wait", 9, lambda r: secs(r["slot_wait_ns"], 2), lambda r: _num(r["slot_wait_ns"]), True, True),
-    Column("blocked now", 0, blocked_cell, lambda r: (r.get("blocked_now") or {}).get("age_ns", -1), True,
+    Column("rank", 5, lambda r: "-" if r.entry["rank"] is None else str(r.entry["rank"]),
+           lambda r: (r.entry["rank"] is None, r.entry["rank"] or 0, r.entry["host"], r.entry["pids"]), right=True),
+    Column("host", 9, lambda r: r.entry["host"] or "?", lambda r: (r.entry["host"] or "", r.entry["rank"] or 0)),
+    Column("pid", 8,
+           lambda r: str(r.entry["pids"][0]) + (f"+{len(r.entry['pids']) - 1}" if len(r.entry["pids"]) > 1 else ""),
+           lambda r: r.entry["pids"]),
+    Column("comm", 9, lambda r: r.entry["comm"] or "?", lambda r: r.entry["comm"] or ""),
+    Column("written", 10, lambda r: size(r.entry["bytes_written"]), lambda r: r.entry["bytes_written"], True, True),
+    Column("WRITEs", 6, lambda r: "-" if r.entry["write_rpcs"] is None else f"{r.entry['write_rpcs']:,}",
+           lambda r: _num(r.entry["write_rpcs"]), True, True),
+    Column("mean WRITE", 10, lambda r: size(r.entry["mean_rpc_bytes"]), lambda r: _num(r.entry["mean_rpc_bytes"]),
+           True, True),
+    Column("p99 ms", 8, lambda r: ms(r.extras.p99_ns), lambda r: _num(r.extras.p99_ns), True, True),
+    Column("slot wait", 9, lambda r: secs(r.entry["slot_wait_ns"], 2), lambda r: _num(r.entry["slot_wait_ns"]),
+           True, True),
+    Column("blocked now", 0, blocked_cell, lambda r: r.blocked_now.longest.age_ns if r.blocked_now else -1, True,
            style=_blocked_style),
 ]
 
 
-def matches(r: dict, text: str) -> bool:
+def matches(r: RankRow, text: str) -> bool:
     if not text:
         return True
-    hay = " ".join(str(x) for x in ("rank", r["rank"], r["host"], r["comm"], *r["pids"])).lower()
+    e = r.entry
+    hay = " ".join(str(x) for x in ("rank", e["rank"], e["host"], e["comm"], *e["pids"])).lower()
     return all(word in hay for word in text.lower().split())
 
 
@@ -106,10 +111,10 @@ def _clock(result: dict, cursor_ns: int) -> str:
     return " " + datetime.fromtimestamp(t0.timestamp() + cursor_ns / 1e9, timezone.utc).strftime("%H:%M:%S UTC")
 
 
-def banner_text(result: dict, following: bool, playing: bool, filter_text: str, sort_title: str,
+def banner_text(view: Overview, following: bool, playing: bool, filter_text: str, sort_title: str,
                 now: float | None = None) -> str:
     now = time.time() if now is None else now
-    tl = result["timeline"]
+    result, tl = view.analysis, view.timeline
     hosts = ", ".join(sorted({c["host"] or "?" for c in result["captures"]}))
     lost = sum(c["lost_events"] for c in result["captures"])
     verdict = result["verdict"] or "nothing to assess"
@@ -118,11 +123,11 @@ def banner_text(result: dict, following: bool, playing: bool, filter_text: str, 
         verdict += f" ({result['findings'][0]['severity']})"
     starts = [datetime.fromisoformat(c["start"]).timestamp() for c in result["captures"] if c["start"]]
     started = min(starts) if starts else None
-    if tl["live"]:
+    if tl.live:
         state = "[b green]LIVE[/] following" if following else "[b yellow]LIVE[/] paused"
         age = f"recording for {ago(max(0.0, now - started))}" if started else "recording"
-        if tl.get("updated_at"):
-            quiet = max(0.0, now - tl["updated_at"])
+        if tl.updated_at:
+            quiet = max(0.0, now - tl.updated_at)
             age += (f" · [b red]no new data for {ago(quiet)}: is the recorder still running?[/]" if quiet > 5
                     else f" · newest data {ago(quiet)} ago")
     else:
@@ -130,10 +135,10 @@ def banner_text(result: dict, following: bool, playing: bool, filter_text: str, 
         age = "recorded " + (f"{datetime.fromtimestamp(started, timezone.utc):%Y-%m-%d %H:%M} UTC, "
                              f"{ago(max(0.0, now - started))} ago" if started else "at an unknown time")
     line1 = (f"[{style}]verdict: {escape(verdict)}[/]  host {escape(hosts)} · {state} · "
-             f"cursor {secs(tl['cursor_ns'])} / {secs(tl['span_ns'])}{_clock(result, tl['cursor_ns'])}")
+             f"cursor {secs(tl.cursor_ns)} / {secs(tl.span_ns)}{_clock(result, tl.cursor_ns)}")
     extra = f"sort: {sort_title}" + (f" · filter: {escape(repr(filter_text))}" if filter_text else "")
     line2 = (f"{age} · [{'b red' if lost else 'dim'}]{lost} events lost[/] · "
-             f"{len(result['ranks'])} ranks · [dim]{extra} · ? help[/]")
+             f"{len(view.ranks)} ranks · [dim]{extra} · ? help[/]")
     lines = [line1, line2]
     lines += [f"[dim]note: {escape(n)}[/]" for n in result["notes"]]
     lines += [f"[red]problem: {escape(p)}[/]" for p in result["problems"][:3]]
@@ -186,25 +191,25 @@ def _line(*parts) -> Text:
     return out
 
 
-def nfs_text(result: dict) -> Text:
-    if not result.get("has_rpc"):
+def nfs_text(view: Overview) -> Text:
+    if not view.has_rpc:
         return _line(("slots & link", "bold"), "  no RPC data in this capture "
                      "(needs the sunrpc/NFS probes on a kernel with NFS)")
-    series = result.get("series") or []
-    tl = result["timeline"]
+    series = view.series
+    tl = view.timeline
     if not series:
         return _line(("slots & link", "bold"), "  no transport seen yet")
     bins = series[0].bins
     span = series[0].span_ns or 1
-    cursor = min(bins - 1, int(bins * tl["cursor_ns"] / span)) if span else None
+    cursor = min(bins - 1, int(bins * tl.cursor_ns / span)) if span else None
     axis = ["─"] * bins
     if cursor is not None and 0 <= cursor < bins:
         axis[cursor] = "▼"
     a = "".join(axis)
     at = cursor if cursor is not None else bins
     lines = [_line(("slots & link", "bold"), "0 s ".rjust(LABEL_W - 12), (a[:at], "dim"), (a[at:at + 1], "bold"),
-                   (a[at + 1:], "dim"), f" {secs(span)} ", (f"· cursor {secs(tl['cursor_ns'])}", "dim"))]
-    now = {(t["host"], t["server"]): t for t in result["transports"]}
+                   (a[at + 1:], "dim"), f" {secs(span)} ", (f"· cursor {secs(tl.cursor_ns)}", "dim"))]
+    now = {(t["host"], t["server"]): t for t in view.analysis["transports"]}
     hosts = {s.host for s in series}
     for s in series:
         t = now.get((s.host, s.server), {})
@@ -314,7 +319,7 @@ class FindingsScreen(Screen):
 
     BINDINGS = [Binding("escape,f", "app.pop_screen", "back"), Binding("q", "app.quit", "quit")]
 
-    def __init__(self, result: dict):
+    def __init__(self, result: Overview):
         super().__init__()
         self.result = result
 
@@ -324,9 +329,10 @@ class FindingsScreen(Screen):
         yield Footer()
 
     @staticmethod
-    def text(result: dict) -> str:
+    def text(view: Overview) -> str:
+        result = view.analysis
         out = [f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
-               f"[dim]as of the cursor, {secs(result['timeline']['cursor_ns'])}[/]", ""]
+               f"[dim]as of the cursor, {secs(view.timeline.cursor_ns)}[/]", ""]
         for f in result["findings"]:
             lines = finding_lines(f)
             out.append(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{escape(lines[0])}[/]")
@@ -340,7 +346,7 @@ class FindingsScreen(Screen):
                     for c in result["checklist"]]
         return "\n".join(out)
 
-    def show(self, result: dict) -> None:
+    def show(self, result: Overview) -> None:
         self.result = result
         self.query_one("#findings-text", Static).update(self.text(result))
 
@@ -353,10 +359,9 @@ class RankScreen(Screen):
 
     BINDINGS = [Binding("escape", "dismiss", "back"), Binding("q", "app.quit", "quit")]
 
-    def __init__(self, rank: dict):
+    def __init__(self, rank: RankRow):
         super().__init__()
-        from slotscope.analyzer.ranks import rank_key
-        self.key = rank_key(rank)
+        self.key = rank.key
         self.rank = rank
         self.detail: RankDetail | None = None
 
@@ -384,15 +389,16 @@ class RankScreen(Screen):
         for r in rows:
             table.add_row(*r)
 
-    def show(self, r: dict, detail: RankDetail | None) -> None:
-        self.rank = r
+    def show(self, row: RankRow, detail: RankDetail | None) -> None:
+        self.rank = row
         self.detail = detail
+        r = row.entry
         who = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]} (no rank)"
         self.query_one("#rank-title", Static).update(
             f"[b]{who}[/] on {escape(r['host'])} · pids {', '.join(map(str, r['pids']))} · "
             f"{escape(r['comm'] or '?')} · written {size(r['bytes_written'])} in "
-            f"{r.get('write_calls', 0)} writes · {r['write_rpcs'] if r['write_rpcs'] is not None else '-'} "
-            f"WRITE RPCs of {size(r['mean_rpc_bytes'])} · p99 {ms(r.get('p99_ns'))} ms · "
+            f"{row.extras.write_calls} writes · {r['write_rpcs'] if r['write_rpcs'] is not None else '-'} "
+            f"WRITE RPCs of {size(r['mean_rpc_bytes'])} · p99 {ms(row.extras.p99_ns)} ms · "
             f"blocked {secs(r['blocked_ns'], 2)} · slot wait {secs(r['slot_wait_ns'], 2)}   "
             f"[dim](escape: back)[/]")
         blocked = detail.blocked if detail else []
@@ -401,9 +407,9 @@ class RankScreen(Screen):
                 f"tid {b.tid} in {escape(b.syscall)} for {secs(b.age_ns)} on {escape(b.path or '?')}"
                 + (" (snapshot)" if b.source == "snapshot" else "") for b in blocked[:4])
         else:
-            slow = r.get("slowest_recent")
+            slow = row.extras.slowest_recent
             text = "[dim]not blocked at the cursor" + (
-                f"; slowest in the 5 s before it: {escape(slow['syscall'])} {ms(slow['latency_ns'])} ms"
+                f"; slowest in the 5 s before it: {escape(slow.syscall)} {ms(slow.latency_ns)} ms"
                 if slow else "") + "[/]"
         self.query_one("#rank-blocked", Static).update(text)
         self.fill(self.query_one("#syscalls", DataTable), ("syscall", "count", "total ms", "max ms"), [

@@ -2,8 +2,8 @@
 
 Textual's DataTable measures and stores every cell it is given: rebuilding 1,000 rows costs
 ~0.3-0.4 s and updating five cells of each ~0.1 s, far over a 100 ms frame (bench/tui.py
-history in the module docstring there). Here a refresh hands over the sorted rows (dicts
-from the analysis) and nothing is formatted until a line is drawn; only the screen lines
+history in the module docstring there). Here a refresh hands over the sorted rows (the view
+model's RankRows) and nothing is formatted until a line is drawn; only the screen lines
 whose text changed are repainted.
 """
 from __future__ import annotations
@@ -20,16 +20,18 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from slotscope.analyzer.view import RankRow
+
 
 @dataclass(frozen=True)
 class Column:
     title: str
     width: int                       # 0: what the other columns leave
-    cell: Callable[[dict], str]
-    sort: Callable[[dict], object]
+    cell: Callable[[RankRow], str]
+    sort: Callable[[RankRow], object]
     reverse: bool = False            # sorted largest first
     right: bool = False              # right-aligned (numbers)
-    style: Callable[[dict], str | None] | None = None   # a rich style for the cell, or None
+    style: Callable[[RankRow], str | None] | None = None   # a rich style for the cell, or None
 
 
 def fit(text: str, width: int, right: bool) -> str:
@@ -39,7 +41,7 @@ def fit(text: str, width: int, right: bool) -> str:
 
 
 class RankTable(ScrollView, can_focus=True):
-    """Rows of dicts, one per rank; a header line; a cursor row; enter selects."""
+    """Rows, one per rank; a header line; a cursor row; enter selects."""
 
     DEFAULT_CSS = """
     RankTable {
@@ -79,16 +81,15 @@ class RankTable(ScrollView, can_focus=True):
     class Selected(Message):
         """The user chose a row (enter, or a click on the cursor row)."""
 
-        def __init__(self, table: "RankTable", row: dict):
+        def __init__(self, table: "RankTable", row: RankRow):
             super().__init__()
             self.table = table
             self.row = row
 
-    def __init__(self, columns: list[Column], key: Callable[[dict], object], **kw):
+    def __init__(self, columns: list[Column], **kw):
         super().__init__(**kw)
         self.columns = columns
-        self.key = key
-        self.rows: list[dict] = []
+        self.rows: list[RankRow] = []
         self.cursor_row = 0
         self.sort_index = 0
         self.empty_text = ""
@@ -100,15 +101,15 @@ class RankTable(ScrollView, can_focus=True):
     def row_count(self) -> int:
         return len(self.rows)
 
-    def set_rows(self, rows: list[dict], sort_index: int = 0, empty_text: str = "") -> None:
+    def set_rows(self, rows: list[RankRow], sort_index: int = 0, empty_text: str = "") -> None:
         """New rows (sorted and filtered): the cursor stays on the same rank when it is still
         there; only lines whose content changed are repainted."""
-        selected = self.key(self.rows[self.cursor_row]) if self.rows and self.cursor_row < len(self.rows) else None
+        selected = self.rows[self.cursor_row].key if self.rows and self.cursor_row < len(self.rows) else None
         header_changed = sort_index != self.sort_index
         self.rows, self.sort_index, self.empty_text = rows, sort_index, empty_text
         if selected is not None:
             for i, r in enumerate(rows):
-                if self.key(r) == selected:
+                if r.key == selected:
                     self.cursor_row = i
                     break
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
@@ -118,14 +119,14 @@ class RankTable(ScrollView, can_focus=True):
             self._drawn.pop(0, None)
         self._repaint_changed()
 
-    def row_cells(self, row: dict) -> tuple[str, ...]:
+    def row_cells(self, row: RankRow) -> tuple[str, ...]:
         return tuple(c.cell(row) for c in self.columns)
 
     def row_texts(self) -> list[tuple[str, ...]]:
         """Every row's cells (for tests and tools; the screen formats only what it shows)."""
         return [self.row_cells(r) for r in self.rows]
 
-    def current(self) -> dict | None:
+    def current(self) -> RankRow | None:
         return self.rows[self.cursor_row] if self.rows else None
 
     # drawing

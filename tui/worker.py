@@ -4,9 +4,9 @@ The analysis (analyzer.view.overview) is Python and Arrow code that holds the GI
 tens of milliseconds at a time with 1,000 ranks; in a thread of the UI's process every such
 stretch is a frame the screen cannot draw and a key it cannot answer (bench/tui.py measured
 UI-loop stalls of 90-280 ms that way). In its own process it costs the screen nothing: the
-UI sends (cursor, bins, drill-down, refresh) and gets back the result as plain data (a few
-thousand small objects for 1,000 ranks). The process also holds the capture's tables, so the
-UI process never does.
+UI sends (cursor, bins, drill-down, refresh) and gets back the result, an analyzer.view.Overview,
+pickled (a few thousand small objects for 1,000 ranks). The process also holds the capture's
+tables, so the UI process never does.
 
 ThreadAnalyst is the same work in the calling thread: the process runs one, and tests and the
 benchmark can use it directly.
@@ -25,7 +25,7 @@ from collections import OrderedDict
 
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.timeline import JobSource
-from slotscope.analyzer.view import overview
+from slotscope.analyzer.view import Overview, overview
 
 CACHE_RESULTS = 8           # results kept for scrubbing back (each holds every rank)
 NICE = 10                   # the analysis process's niceness
@@ -42,7 +42,7 @@ class ThreadAnalyst:
         self.lock = threading.Lock()
         self.cache: OrderedDict = OrderedDict()
 
-    def overview(self, until: int | None, bins: int, detail, refresh: bool) -> dict:
+    def overview(self, until: int | None, bins: int, detail, refresh: bool) -> Overview:
         with self.lock:
             try:
                 if refresh:
@@ -120,7 +120,7 @@ class ProcessAnalyst:
         pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         self.proc.stdin.flush()
 
-    def overview(self, until: int | None, bins: int, detail, refresh: bool) -> dict:
+    def overview(self, until: int | None, bins: int, detail, refresh: bool) -> Overview:
         request = {"until": until, "bins": bins, "detail": detail, "refresh": refresh}
         with self.lock:
             for attempt in (1, 2):

@@ -310,7 +310,7 @@ def test_rank_table_formats_only_what_is_on_screen(build_capture):
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
             assert table(app).row_count == 1000
-            object.__setattr__(col, "cell", lambda r: calls.append(r["rank"]) or original(r))
+            object.__setattr__(col, "cell", lambda r: calls.append(r.entry["rank"]) or original(r))
             try:
                 app.cursor = 30 * 10**9
                 app.request()
@@ -365,10 +365,12 @@ def test_live_follow_shows_a_new_rank_and_pause(tmp_path):
 
 
 def test_live_banner_says_when_the_capture_stopped_growing(tmp_path):
+    from slotscope.analyzer.view import Overview, Timeline
     from slotscope.tui.panels import banner_text
-    result = {"timeline": {"cursor_ns": 5 * 10**9, "span_ns": 5 * 10**9, "live": True, "updated_at": 1000.0},
-              "captures": [{"host": "h", "start": "2023-11-14T22:13:20+00:00", "lost_events": 7}],
-              "verdict": "healthy", "findings": [], "ranks": [], "notes": [], "problems": []}
+    analysis = {"captures": [{"host": "h", "start": "2023-11-14T22:13:20+00:00", "lost_events": 7}],
+                "verdict": "healthy", "findings": [], "ranks": [], "notes": [], "problems": []}
+    result = Overview(analysis, ranks=[], series=[], detail=None, has_rpc=False,
+                      timeline=Timeline(cursor_ns=5 * 10**9, span_ns=5 * 10**9, live=True, updated_at=1000.0))
     fresh = banner_text(result, True, False, "", "rank", now=1002.0)
     assert "newest data 2 s ago" in fresh and "7 events lost" in fresh
     stale = banner_text(result, True, False, "", "rank", now=1030.0)

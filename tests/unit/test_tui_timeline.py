@@ -9,6 +9,7 @@ import pytest
 
 from slotscope.capture.writer import CaptureWriter
 from slotscope.capture.tables import RPC, schema
+from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.in_progress import blocked_now, in_progress
 from slotscope.analyzer.rank_detail import FileStats, rank_detail
@@ -61,32 +62,36 @@ def test_job_at_cursor_holds_rows_up_to_it(cap):
 def test_rank_extras(cap):
     extras = rank_extras(Job.open([cap]), now_ns=at(4))
     r0 = extras[("node-a", 0, None)]
-    assert r0["p99_ns"] == 50_000_000
-    assert r0["write_calls"] == 2
-    assert r0["mean_write"] == (4096 + 8192) / 2
+    assert r0.p99_ns == 50_000_000
+    assert r0.write_calls == 2
+    assert r0.mean_write == (4096 + 8192) / 2
     # the slowest syscall that ended in the 5 s before the cursor
-    assert r0["slowest_recent"]["syscall"] == "fsync"
-    assert r0["slowest_recent"]["latency_ns"] == 50_000_000
+    assert r0.slowest_recent.syscall == "fsync"
+    assert r0.slowest_recent.latency_ns == 50_000_000
     # rank 1's slow write at 8 s is after the cursor: only the early one is recent
-    assert extras[("node-a", 1, None)]["slowest_recent"]["latency_ns"] == 2_000_000
+    assert extras[("node-a", 1, None)].slowest_recent.latency_ns == 2_000_000
     # a process without a rank is keyed by its pid
-    assert extras[("node-a", None, 13)]["write_calls"] == 1
+    assert extras[("node-a", None, 13)].write_calls == 1
 
 
 def test_slowest_recent_forgets_old_syscalls(cap):
     extras = rank_extras(Job.open([cap]), now_ns=at(20))
-    assert extras[("node-a", 0, None)]["slowest_recent"] is None
-    assert extras[("node-a", 0, None)]["p99_ns"] == 50_000_000      # p99 is over everything so far
+    assert extras[("node-a", 0, None)].slowest_recent is None
+    assert extras[("node-a", 0, None)].p99_ns == 50_000_000         # p99 is over everything so far
 
 
 def test_overview_extends_analyze(cap):
-    result = overview(JobSource(Job.open([cap])), 5 * S, "0")
-    assert result["verdict"] == "healthy" and result["findings"] == []
-    assert result["timeline"]["cursor_ns"] == 5 * S and not result["timeline"]["live"]
-    assert result["has_rpc"] is False
-    by = {rank_key(r): r for r in result["ranks"]}
-    assert by[("node-a", 1, None)]["bytes_written"] == 1000
-    assert by[("node-a", 1, None)]["p99_ns"] == 2_000_000
+    source = JobSource(Job.open([cap]))
+    result = overview(source, 5 * S, "0")
+    assert result.analysis["verdict"] == "healthy" and result.analysis["findings"] == []
+    assert result.timeline.cursor_ns == 5 * S and not result.timeline.live
+    assert result.has_rpc is False
+    by = {rank_key(r.entry): r for r in result.ranks}
+    assert by[("node-a", 1, None)].entry["bytes_written"] == 1000
+    assert by[("node-a", 1, None)].extras.p99_ns == 2_000_000
+    # the analysis is analyze()'s as of the cursor, nothing added to it
+    assert result.analysis == analyze(source.at(5 * S), "0")
+    assert [r.key for r in result.ranks] == [rank_key(r) for r in result.analysis["ranks"]]
 
 
 def grow(writer: CaptureWriter, rows: list[dict]) -> None:
@@ -126,8 +131,8 @@ def test_p99_is_numpys_higher_percentile(build_capture):
     rows += [sc(11, "write", 5, 1, ts=at(2))]
     path = build_capture(syscalls=rows, procs=[proc(10, rank=0), proc(11, rank=1)])
     extras = rank_extras(Job.open([path]))
-    assert extras[("node-a", 0, None)]["p99_ns"] == int(np.percentile(lat, 99, method="higher"))
-    assert extras[("node-a", 1, None)]["p99_ns"] == 5
+    assert extras[("node-a", 0, None)].p99_ns == int(np.percentile(lat, 99, method="higher"))
+    assert extras[("node-a", 1, None)].p99_ns == 5
 
 
 def test_rank_detail_files_and_rpcs(cap):
@@ -223,14 +228,16 @@ def test_in_progress_from_the_trace_and_from_snapshots(nfs_cap):
         {"rank": 0, "syscall": "write", "age_ns": 1 * S, "source": "trace"}]
     # following the end: only what the agent's snapshots say (the latest, 40 s: rank 1)
     now = blocked_now(in_progress(source.at(None), None, 40 * S))
-    assert now == {("node-a", 1, None): {"syscall": "close", "path": "/mnt/ckpt/rank11", "age_ns": 1.5 * S,
-                                         "source": "snapshot", "calls": 2}}
+    [(key, b)] = now.items()
+    assert key == ("node-a", 1, None)
+    assert (b.longest.syscall, b.longest.path, b.longest.age_ns, b.longest.source, b.calls) == (
+        "close", "/mnt/ckpt/rank11", 1.5 * S, "snapshot", 2)
     # a snapshot more than 2 s before the cursor says nothing about now
     assert in_progress(source.at(None), None, 43 * S) is None
     # the overview puts it in the rank table
     result = overview(source, 41 * S, "0")
-    by = {r["rank"]: r for r in result["ranks"]}
-    assert by[1]["blocked_now"]["syscall"] == "close" and by[0]["blocked_now"] is None
+    by = {r.entry["rank"]: r for r in result.ranks}
+    assert by[1].blocked_now.longest.syscall == "close" and by[0].blocked_now is None
 
 
 def test_rank_detail_splits_the_ranks_rpcs_per_procedure(nfs_cap):
