@@ -71,10 +71,14 @@ def _num(v) -> float:
     return -1 if v is None else v
 
 
+def _rank_order(r: RankRow) -> tuple:
+    e = r.entry                  # once: this runs for every rank at every refresh
+    return (e["rank"] is None, e["rank"] or 0, e["host"], e["pids"])
+
+
 # The rank table's columns, in order; s cycles the sort through them.
 RANK_COLUMNS = [
-    Column("rank", 5, lambda r: "-" if r.entry["rank"] is None else str(r.entry["rank"]),
-           lambda r: (r.entry["rank"] is None, r.entry["rank"] or 0, r.entry["host"], r.entry["pids"]), right=True),
+    Column("rank", 5, lambda r: "-" if r.entry["rank"] is None else str(r.entry["rank"]), _rank_order, right=True),
     Column("host", 9, lambda r: r.entry["host"] or "?", lambda r: (r.entry["host"] or "", r.entry["rank"] or 0)),
     Column("pid", 8,
            lambda r: str(r.entry["pids"][0]) + (f"+{len(r.entry['pids']) - 1}" if len(r.entry["pids"]) > 1 else ""),
