@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from slotscope.capture.syscalls import WRITE_SYSCALLS
+from slotscope.capture.syscalls import FLUSH_SYSCALLS, METADATA_SYSCALLS, OPEN_SYSCALLS, WRITE_SYSCALLS
 
 from .job import Job
 from .ranks import rank_key, syscall_rows, with_identity
@@ -46,14 +46,11 @@ MAX_RANK_TABLE_ROWS = 256
 MAX_NESTED_ROWS = 16
 SEVERITY_ORDER = ("critical", "warning", "info")
 
-# Colours: syscalls by what they do; the occupancy/link series; the banner by severity.
-SYSCALL_COLOURS = {
-    "write": "#1f77b4", "pwrite64": "#1f77b4", "writev": "#3b8fd0", "pwritev": "#3b8fd0", "pwritev2": "#3b8fd0",
-    "fsync": "#d62728", "fdatasync": "#e0474c", "sync_file_range": "#e0474c", "close": "#ff7f0e",
-    "openat": "#2ca02c", "openat2": "#2ca02c", "creat": "#2ca02c", "mkdir": "#9467bd", "mkdirat": "#9467bd",
-    "newfstatat": "#17becf", "statx": "#17becf", "rename": "#8c564b", "renameat": "#8c564b",
-    "renameat2": "#8c564b", "unlink": "#e377c2", "unlinkat": "#e377c2", "read": "#bcbd22", "pread64": "#bcbd22",
-}
+# Colours: syscalls by what they do, one colour per group (a call in two groups, as the open
+# calls that are metadata too, takes the first group's); the occupancy/link series.
+GROUP_COLOURS = ((WRITE_SYSCALLS, "#1f77b4"), (FLUSH_SYSCALLS, "#d62728"), (OPEN_SYSCALLS, "#2ca02c"),
+                 (METADATA_SYSCALLS, "#9467bd"))
+SYSCALL_COLOURS = {name: colour for group, colour in reversed(GROUP_COLOURS) for name in group}
 EXTRA_COLOURS = ("#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d")
 C_IN_USE, C_WAITING, C_LIMIT, C_SESSION = "#1f77b4", "#ff7f0e", "#d62728", "#9467bd"
 C_TX, C_RX, C_CAPACITY, C_WINDOW = "#1f77b4", "#2ca02c", "#d62728", "#555555"
