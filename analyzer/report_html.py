@@ -26,10 +26,10 @@ import pyarrow.compute as pc
 
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, METADATA_SYSCALLS, OPEN_SYSCALLS, WRITE_SYSCALLS
 
-from .job import Job
+from .job import Job, utc_ns
 from .ranks import rank_key, syscall_rows, with_identity
-from .report_text import _clock, _value, rank_ranges
-from .units import pct, size
+from .report_text import _value, rank_ranges
+from .units import clock, ms, pct, round_rate, seconds, size
 from .transports import transport_table
 
 # Layout of the time plots, in inches: every one has the same width and margins, so their
@@ -124,13 +124,6 @@ def build_plots(job: Job, result: dict) -> dict[str, Plot]:
         }
 
 
-def _iso_ns(iso: str) -> int:
-    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
-
-
 @dataclass
 class _TimeContext:
     """The shared time axis: [x0, x1] in UTC ns, and the data drawn on it."""
@@ -145,7 +138,7 @@ class _TimeContext:
     def of(cls, job: Job, result: dict) -> "_TimeContext":
         window = None
         if result.get("window"):
-            window = (_iso_ns(result["window"]["start"]), _iso_ns(result["window"]["end"]))
+            window = (utc_ns(result["window"]["start"]), utc_ns(result["window"]["end"]))
         sc = syscall_rows(job) if result["ranks"] else None
         if sc is not None:
             sc = with_identity(job, sc)
@@ -212,21 +205,15 @@ def _time_figure(ctx: _TimeContext, heights: list[float]):
     lo, hi = ctx.xlim
     step = _tick_step(hi - lo)
     decimals = 0 if step >= 1 else max(0, -int(math.floor(math.log10(step))))
-
-    def clock(v, _pos=None):
-        secs = round(v, decimals) % 86400           # ticks sit at float multiples of the step
-        whole = int(secs)
-        text = f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
-        if decimals:
-            text += f"{secs - whole:.{decimals}f}"[1:]
-        return text
+    # x is seconds since midnight UTC; ticks sit at float multiples of the step: to the ns first
+    tick_clock = FuncFormatter(lambda v, _pos: clock(round(v * 1e9), decimals))
 
     for height in heights:
         bottom = top - height
         ax = fig.add_axes((LEFT_IN / FIG_W, bottom / h, (FIG_W - LEFT_IN - RIGHT_IN) / FIG_W, height / h))
         ax.set_xlim(lo, hi)
         ax.xaxis.set_major_locator(MultipleLocator(step))
-        ax.xaxis.set_major_formatter(FuncFormatter(clock))
+        ax.xaxis.set_major_formatter(tick_clock)
         ax.grid(axis="x", color="#e3e3e3", linewidth=0.6)
         ax.set_axisbelow(True)
         if ctx.window:
@@ -413,13 +400,6 @@ def _axis_label(ctx: _TimeContext) -> str:
 
 # --- (2) link utilisation
 
-def _rate(bps: float) -> str:
-    for div, unit in ((1e9, "Gb/s"), (1e6, "Mb/s"), (1e3, "kb/s")):
-        if abs(bps) >= div:
-            return f"{bps / div:g} {unit}"
-    return f"{bps:g} b/s"
-
-
 def _link_plot(ctx: _TimeContext, result: dict) -> Plot:
     plot = Plot("link", "Link utilisation against capacity")
     links, seen = [], set()
@@ -458,7 +438,7 @@ def _link_plot(ctx: _TimeContext, result: dict) -> Plot:
         _draw_steps(ax, ctx, recv, C_RX, "received (rx)", 1.0)
         if speed:
             ax.axhline(speed, color=C_CAPACITY, linestyle=(0, (5, 4)), linewidth=1.1, zorder=4,
-                       label=f"capacity {_rate(speed)}")
+                       label=f"capacity {round_rate(speed)}")
             util = stats_of.get((t["host"], t["server"]), t)["link"] or link
             util = "" if util["peak_util"] is None else f"  (peak {100 * util['peak_util']:.1f}% of capacity)"
         else:
@@ -475,7 +455,7 @@ def _link_plot(ctx: _TimeContext, result: dict) -> Plot:
         else:
             ax.set_ylim(0, max(data_peak, float(speed or 0)) * (1.12 if speed else 1.3))
             ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _rate(v)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: round_rate(v)))
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("bits/s")
         ax.set_title(_mpl(f"{t['host']} {link['iface']} → {t['server'] or '?'}") + util, loc="left")
@@ -779,14 +759,6 @@ def _severity(result: dict) -> str:
     return next((s for s in SEVERITY_ORDER if s in sev), "info")
 
 
-def _ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f}"
-
-
-def _s(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e9:,.2f}"
-
-
 def _table(head: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "") -> str:
     """A table; every cell is escaped here."""
     out = [f'<table class="{cls}">' if cls else "<table>", "<thead><tr>"]
@@ -841,7 +813,7 @@ def _finding(f: dict) -> str:
     return "".join([
         f'<article class="finding sev-{sev}" data-kind="{_e(f["kind"])}" data-severity="{_e(sev)}">',
         f'<header><span class="badge">{_e(sev)}</span><span class="kind">{_e(f["kind"])}</span>',
-        f'<span class="when">{_e(_clock(f["start"]))} .. {_e(_clock(f["end"]))} UTC</span></header>',
+        f'<span class="when">{_e(clock(utc_ns(f["start"])))} .. {_e(clock(utc_ns(f["end"])))} UTC</span></header>',
         f'<p class="summary">{_e(f["summary"])}</p>',
         f'<div class="evidence-grid">{grid}</div>' if grid else "",
         "".join(_nested(k, v) for k, v in nested),
@@ -861,10 +833,10 @@ def _rank_table(ranks: list[dict]) -> str:
     for r in shown:
         pids = ", ".join(map(str, r["pids"][:4])) + (f" +{len(r['pids']) - 4}" if len(r["pids"]) > 4 else "")
         top = max(r["syscalls"].items(), key=lambda kv: kv[1]["total_ns"], default=None)
-        top_text = f"{top[0]} {top[1]['count']:,}x {_s(top[1]['total_ns'])} s" if top else "-"
+        top_text = f"{top[0]} {top[1]['count']:,}x {seconds(top[1]['total_ns'], unit=True)}" if top else "-"
         rows.append(["-" if r["rank"] is None else r["rank"], r["host"], pids, r["comm"] or "-",
                      size(r["bytes_written"]), "-" if r["write_rpcs"] is None else f"{r['write_rpcs']:,}",
-                     size(r["mean_rpc_bytes"]), _s(r["slot_wait_ns"]), _s(r["blocked_ns"]),
+                     size(r["mean_rpc_bytes"]), seconds(r["slot_wait_ns"]), seconds(r["blocked_ns"]),
                      f"{r['save_s']:.2f}", top_text])
     out = _table(["rank", "host", "pids", "comm", "written", "WRITEs", "mean WRITE", "slot wait (s)",
                   "blocked (s)", "save (s)", "top syscall"], rows, numeric={0, 4, 5, 6, 7, 8, 9})
@@ -909,8 +881,8 @@ def _proc_table(by_proc: dict) -> str:
         if not n:
             rows.append([name, 0, "-", "-", "-", "-", "-", "-", "-", "-", p.get("outstanding", 0)])
             continue
-        rows.append([name, f"{n:,}", size(p["bytes"]), _ms(p["slot_wait_ns"] / n), _ms(p["transmit_wait_ns"] / n),
-                     _ms(p["rtt_ns"] / n), _ms(p["execute_ns"] / n), _ms(p["p50_ns"]), _ms(p["p99_ns"]),
+        rows.append([name, f"{n:,}", size(p["bytes"]), ms(p["slot_wait_ns"] / n), ms(p["transmit_wait_ns"] / n),
+                     ms(p["rtt_ns"] / n), ms(p["execute_ns"] / n), ms(p["p50_ns"]), ms(p["p99_ns"]),
                      f"{p.get('retransmits', 0)}/{p.get('timeouts', 0)}", p.get("outstanding", 0)])
     return _table(["procedure", "count", "bytes", "slot wait", "xmit wait", "rtt", "execute", "p50", "p99",
                    "retrans/timeouts", "outstanding"], rows, numeric=set(range(1, 11)))
@@ -938,7 +910,7 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
     if result.get("window"):
         w = result["window"]
         n = sum(1 for r in result["ranks"] if r["rank"] is not None)
-        sub.append(f"save window {w['start']} .. {_clock(w['end'])} UTC ({w['seconds']:.2f} s), {n} ranks")
+        sub.append(f"save window {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), {n} ranks")
     hosts = sorted({c["host"] or "?" for c in result["captures"]})
     title = f"slotscope: {verdict} ({', '.join(hosts)})" if hosts else f"slotscope: {verdict}"
     out = [

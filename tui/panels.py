@@ -13,8 +13,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
+from slotscope.analyzer.job import utc_ns
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
-from slotscope.analyzer.units import rate, size
+from slotscope.analyzer.units import clock, ms, rate, seconds, size
 
 from .ranktable import Column
 
@@ -24,14 +25,6 @@ NOTE_W = 34           # and its note column after the sparklines
 BAR_W = 24            # the RPC split bar
 MAX_PROCS = 5         # procedures shown in the RPC panel (the costliest)
 SEVERITY_STYLE = {"critical": "b red", "warning": "b yellow", "info": "b cyan"}
-
-
-def ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f}"
-
-
-def secs(ns, digits: int = 1) -> str:
-    return "-" if ns is None else f"{ns / 1e9:,.{digits}f} s"
 
 
 def ago(seconds: float) -> str:
@@ -55,7 +48,7 @@ def blocked_cell(r: dict) -> str:
     if not b:
         return ""
     more = f" +{b['calls'] - 1}" if b["calls"] > 1 else ""
-    return f"{b['syscall']} {secs(b['age_ns'])}{more} {short_path(b['path'])}"
+    return f"{b['syscall']} {seconds(b['age_ns'], 1, unit=True)}{more} {short_path(b['path'])}"
 
 
 def _blocked_style(r: dict) -> str | None:
@@ -82,7 +75,8 @@ RANK_COLUMNS = [
            lambda r: _num(r["write_rpcs"]), True, True),
     Column("mean WRITE", 10, lambda r: size(r["mean_rpc_bytes"]), lambda r: _num(r["mean_rpc_bytes"]), True, True),
     Column("p99 ms", 8, lambda r: ms(r.get("p99_ns")), lambda r: _num(r.get("p99_ns")), True, True),
-    Column("slot wait", 9, lambda r: secs(r["slot_wait_ns"], 2), lambda r: _num(r["slot_wait_ns"]), True, True),
+    Column("slot wait", 9, lambda r: seconds(r["slot_wait_ns"], unit=True), lambda r: _num(r["slot_wait_ns"]),
+           True, True),
     Column("blocked now", 0, blocked_cell, lambda r: (r.get("blocked_now") or {}).get("age_ns", -1), True,
            style=_blocked_style),
 ]
@@ -97,12 +91,10 @@ def matches(r: dict, text: str) -> bool:
 
 # ---- banner ----
 
-def _clock(result: dict, cursor_ns: int) -> str:
-    starts = [c["start"] for c in result["captures"] if c["start"]]
-    if not starts:
-        return ""
-    t0 = min(datetime.fromisoformat(s) for s in starts)
-    return " " + datetime.fromtimestamp(t0.timestamp() + cursor_ns / 1e9, timezone.utc).strftime("%H:%M:%S UTC")
+def _cursor_clock(result: dict, cursor_ns: int) -> str:
+    """' 18:04:00 UTC', the time at the cursor; '' when no capture says when it started."""
+    starts = [utc_ns(c["start"]) for c in result["captures"] if c["start"]]
+    return f" {clock(min(starts) + cursor_ns, 0)} UTC" if starts else ""
 
 
 def banner_text(result: dict, following: bool, playing: bool, filter_text: str, sort_title: str,
@@ -129,7 +121,8 @@ def banner_text(result: dict, following: bool, playing: bool, filter_text: str, 
         age = "recorded " + (f"{datetime.fromtimestamp(started, timezone.utc):%Y-%m-%d %H:%M} UTC, "
                              f"{ago(max(0.0, now - started))} ago" if started else "at an unknown time")
     line1 = (f"[{style}]verdict: {escape(verdict)}[/]  host {escape(hosts)} · {state} · "
-             f"cursor {secs(tl['cursor_ns'])} / {secs(tl['span_ns'])}{_clock(result, tl['cursor_ns'])}")
+             f"cursor {seconds(tl['cursor_ns'], 1, unit=True)} / {seconds(tl['span_ns'], 1, unit=True)}"
+             f"{_cursor_clock(result, tl['cursor_ns'])}")
     extra = f"sort: {sort_title}" + (f" · filter: {escape(repr(filter_text))}" if filter_text else "")
     line2 = (f"{age} · [{'b red' if lost else 'dim'}]{lost} events lost[/] · "
              f"{len(result['ranks'])} ranks · [dim]{extra} · ? help[/]")
@@ -202,7 +195,8 @@ def nfs_text(result: dict) -> Text:
     a = "".join(axis)
     at = cursor if cursor is not None else bins
     lines = [_line(("slots & link", "bold"), "0 s ".rjust(LABEL_W - 12), (a[:at], "dim"), (a[at:at + 1], "bold"),
-                   (a[at + 1:], "dim"), f" {secs(span)} ", (f"· cursor {secs(tl['cursor_ns'])}", "dim"))]
+                   (a[at + 1:], "dim"), f" {seconds(span, 1, unit=True)} ",
+                   (f"· cursor {seconds(tl['cursor_ns'], 1, unit=True)}", "dim"))]
     now = {(t["host"], t["server"]): t for t in result["transports"]}
     hosts = {s["host"] for s in series}
     for s in series:
@@ -325,7 +319,7 @@ class FindingsScreen(Screen):
     @staticmethod
     def text(result: dict) -> str:
         out = [f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
-               f"[dim]as of the cursor, {secs(result['timeline']['cursor_ns'])}[/]", ""]
+               f"[dim]as of the cursor, {seconds(result['timeline']['cursor_ns'], 1, unit=True)}[/]", ""]
         for f in result["findings"]:
             lines = finding_lines(f)
             out.append(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{escape(lines[0])}[/]")
@@ -392,12 +386,13 @@ class RankScreen(Screen):
             f"{escape(r['comm'] or '?')} · written {size(r['bytes_written'])} in "
             f"{r.get('write_calls', 0)} writes · {r['write_rpcs'] if r['write_rpcs'] is not None else '-'} "
             f"WRITE RPCs of {size(r['mean_rpc_bytes'])} · p99 {ms(r.get('p99_ns'))} ms · "
-            f"blocked {secs(r['blocked_ns'], 2)} · slot wait {secs(r['slot_wait_ns'], 2)}   "
+            f"blocked {seconds(r['blocked_ns'], unit=True)} · slot wait {seconds(r['slot_wait_ns'], unit=True)}   "
             f"[dim](escape: back)[/]")
         blocked = (detail or {}).get("blocked") or []
         if blocked:
             text = "[b red]blocked now:[/] " + "; ".join(
-                f"tid {b['tid']} in {escape(b['syscall'])} for {secs(b['age_ns'])} on {escape(b['path'] or '?')}"
+                f"tid {b['tid']} in {escape(b['syscall'])} for {seconds(b['age_ns'], 1, unit=True)} "
+                f"on {escape(b['path'] or '?')}"
                 + (" (snapshot)" if b["source"] == "snapshot" else "") for b in blocked[:4])
         else:
             slow = r.get("slowest_recent")
