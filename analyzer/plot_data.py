@@ -1,6 +1,7 @@
 """What the HTML report's plots show, computed from the job and the analysis result with
 numpy and pyarrow only (plots.py draws it): the shared time axis and the data on it, step
-series reduced to bins, the calls per rank, the blocked share per time bin, the write sizes."""
+series reduced to bins, the calls per rank, the blocked share per time bin, the latency split
+per procedure, the write sizes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,11 +14,13 @@ from slotscope.capture.syscalls import WRITE_SYSCALLS
 
 from .job import Job, utc_ns
 from .ranks import rank_key, syscall_rows, with_identity
+from .rpcs import split
 from .transports import transport_table
 
 MAX_STEP_POINTS = 2000          # a longer step series is reduced to this many bins (mean and range)
 MAX_TIME_PANELS = 6             # transports / links shown one above the other
 HEATMAP_BINS = 600
+MAX_SPLIT_PROCS = 20
 
 
 @dataclass
@@ -266,6 +269,16 @@ def blocked_share(ctx: TimeContext, calls: RankCalls, ranks: int) -> np.ndarray:
         if sel.size:
             grid[r] = np.clip(_busy_per_bin(calls.enter[sel], calls.leave[sel], edges) / width, 0, 1)
     return grid
+
+
+# --------------------------------------------------------------------------- latency split
+
+def latency_split(result: dict) -> list[tuple[str, int, dict[str, float]]]:
+    """The procedures with completed RPCs, the slowest per RPC first, at most MAX_SPLIT_PROCS:
+    (procedure, RPCs, its mean split: rpcs.split())."""
+    rows = [(name, p["count"], split(p)) for name, p in result["rpc"]["by_proc"].items() if p.get("count")]
+    rows.sort(key=lambda row: -row[2]["execute_ns"])
+    return rows[:MAX_SPLIT_PROCS]
 
 
 # --------------------------------------------------------------------------- write sizes

@@ -27,9 +27,10 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator, NullF
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, METADATA_SYSCALLS, OPEN_SYSCALLS, WRITE_SYSCALLS
 
 from .job import Job
-from .plot_data import (HEATMAP_BINS, MAX_STEP_POINTS, RankCalls, Steps, TimeContext, blocked_share, link_rates,
-                        occupancy, rank_calls, size_histogram, write_sizes)
-from .units import clock, round_rate
+from .plot_data import (HEATMAP_BINS, MAX_STEP_POINTS, RankCalls, Steps, TimeContext, blocked_share,
+                        latency_split, link_rates, occupancy, rank_calls, size_histogram, write_sizes)
+from .rpcs import REST, SPLIT
+from .units import clock, ms, round_rate
 
 # Layout of the time plots, in inches: every one has the same width and margins, so their
 # axes line up when the SVGs are stacked at their natural size.
@@ -47,8 +48,7 @@ SYSCALL_COLOURS = {name: colour for group, colour in reversed(GROUP_COLOURS) for
 EXTRA_COLOURS = ("#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d")
 C_IN_USE, C_WAITING, C_LIMIT, C_SESSION = "#1f77b4", "#ff7f0e", "#d62728", "#9467bd"
 C_TX, C_RX, C_CAPACITY, C_WINDOW = "#1f77b4", "#2ca02c", "#d62728", "#555555"
-SPLIT = (("slot_wait_ns", "slot wait", "#ff7f0e"), ("transmit_wait_ns", "transmit wait", "#bcbd22"),
-         ("rtt_ns", "round trip (rtt)", "#1f77b4"), (None, "rest of execute", "#9aa5b1"))
+SPLIT_COLOURS = {"slot_wait_ns": "#ff7f0e", "transmit_wait_ns": "#bcbd22", "rtt_ns": "#1f77b4", REST: "#9aa5b1"}
 
 
 @dataclass
@@ -361,34 +361,26 @@ def _rank_heatmap(plot: Plot, ctx: TimeContext, calls: RankCalls, labels: list[s
 
 def _latency_plot(result: dict) -> Plot:
     plot = Plot("latency", "RPC latency split per procedure (mean per RPC)")
-    procs = [(name, p) for name, p in result["rpc"]["by_proc"].items() if p.get("count")]
+    procs = latency_split(result)
     if not procs:
         plot.note = ("no RPC data: the latency split needs the sunrpc probes (a kernel with NFS)"
                      if not result["rpc"]["by_proc"] else "no completed RPCs")
         return plot
-    procs.sort(key=lambda kv: -kv[1]["execute_ns"] / kv[1]["count"])
-    procs = procs[:20]
     n = len(procs)
     h = 0.75 + 0.34 * n
     fig = Figure(figsize=(FIG_W, h))
     ax = fig.add_axes((LEFT_IN / FIG_W, 0.5 / h, (FIG_W - LEFT_IN - RIGHT_IN) / FIG_W, (h - 0.65) / h))
     y = np.arange(n)
     left = np.zeros(n)
-    per = {}
-    for key, _label, _c in SPLIT:
-        if key:
-            per[key] = np.array([p[key] / p["count"] / 1e6 for _, p in procs])
-    total = np.array([p["execute_ns"] / p["count"] / 1e6 for _, p in procs])
-    rest = np.clip(total - sum(per.values()), 0, None)
-    for key, label, colour in SPLIT:
-        v = per[key] if key else rest
-        ax.barh(y, v, left=left, height=0.62, color=colour, label=label)
+    for part in SPLIT:
+        v = np.array([means[part.key] for _, _, means in procs]) / 1e6       # the axis is in ms
+        ax.barh(y, v, left=left, height=0.62, color=SPLIT_COLOURS[part.key], label=part.label)
         left += v
-    for yi, (_name, p), tot in zip(y, procs, total):
-        ax.text(max(tot, left[yi]) + left.max() * 0.01, yi, f"{tot:,.1f} ms  ({p['count']:,} RPCs)",
-                va="center", fontsize=8)
+    for yi, (_name, count, means) in zip(y, procs):
+        ax.text(max(means["execute_ns"] / 1e6, left[yi]) + left.max() * 0.01, yi,
+                f"{ms(means['execute_ns'])} ms  ({count:,} RPCs)", va="center", fontsize=8)
     ax.set_yticks(y)
-    ax.set_yticklabels([_mpl(name) for name, _ in procs])
+    ax.set_yticklabels([_mpl(name) for name, _, _ in procs])
     ax.set_ylim(n - 0.5, -0.6)
     ax.set_xlim(0, left.max() * 1.22 or 1)
     ax.set_xlabel("ms per RPC (mean)")

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from .job import Job, utc_ns
 from .report_text import _value, rank_ranges
-from .units import clock, ms, pct, seconds, size
+from .rpcs import COLUMN_LEGEND, SPLIT, split
+from .units import clock, ms, pct, rate, round_rate, seconds, size
 
 if TYPE_CHECKING:
     from .plots import Plot
@@ -158,11 +159,11 @@ def _transport_table(transports: list[dict]) -> str:
     for t in transports:
         link = t["link"]
         if link:
-            speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "speed unknown"
+            speed = round_rate(link["speed_bps"]) if link["speed_bps"] else "speed unknown"
             util = "" if link["mean_util"] is None else f", mean {pct(link['mean_util'])}"
             peak = "" if link["peak_util"] is None else f", peak {100 * link['peak_util']:.1f}%"
-            link_text = (f"{link['iface']} {speed}, {link['mean_tx_bps'] / 1e6:.1f} Mb/s out, "
-                         f"{link['mean_rx_bps'] / 1e6:.1f} Mb/s in{util}{peak}")
+            link_text = (f"{link['iface']} {speed}, {rate(link['mean_tx_bps'])} out, "
+                         f"{rate(link['mean_rx_bps'])} in{util}{peak}")
         else:
             link_text = "-"
         m = t.get("mount") or {}
@@ -182,17 +183,18 @@ def _transport_table(transports: list[dict]) -> str:
 
 
 def _proc_table(by_proc: dict) -> str:
+    head = ["procedure", "count", "bytes", *(part.column for part in SPLIT), "execute", "p50", "p99",
+            "retrans/timeouts", "outstanding"]
     rows = []
     for name, p in sorted(by_proc.items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
-        n = p["count"]
-        if not n:
-            rows.append([name, 0, "-", "-", "-", "-", "-", "-", "-", "-", p.get("outstanding", 0)])
+        means = split(p)
+        if means is None:
+            rows.append([name, 0] + ["-"] * (len(head) - 3) + [p.get("outstanding", 0)])
             continue
-        rows.append([name, f"{n:,}", size(p["bytes"]), ms(p["slot_wait_ns"] / n), ms(p["transmit_wait_ns"] / n),
-                     ms(p["rtt_ns"] / n), ms(p["execute_ns"] / n), ms(p["p50_ns"]), ms(p["p99_ns"]),
+        rows.append([name, f"{p['count']:,}", size(p["bytes"]), *(ms(means[part.key]) for part in SPLIT),
+                     ms(means["execute_ns"]), ms(p["p50_ns"]), ms(p["p99_ns"]),
                      f"{p.get('retransmits', 0)}/{p.get('timeouts', 0)}", p.get("outstanding", 0)])
-    return _table(["procedure", "count", "bytes", "slot wait", "xmit wait", "rtt", "execute", "p50", "p99",
-                   "retrans/timeouts", "outstanding"], rows, numeric=set(range(1, 11)))
+    return _table(head, rows, numeric=set(range(1, len(head))))
 
 
 def _figure(plot: Plot) -> str:
@@ -262,7 +264,7 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
     out.append("</section>")
     out.append('<section id="rpcs"><h2>RPCs by procedure</h2>')
     if result["rpc"]["by_proc"]:
-        out.append('<p class="note">ms per RPC; p50 and p99 of execute</p>')
+        out.append(f'<p class="note">ms per RPC ({_e(COLUMN_LEGEND)}); p50 and p99 of execute</p>')
         out.append(_proc_table(result["rpc"]["by_proc"]))
     out += [_figure(plots["latency"]), "</section>"]
     out += ['<section id="sizes"><h2>Write sizes</h2>', _figure(plots["sizes"]), "</section>"]

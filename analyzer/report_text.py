@@ -7,7 +7,8 @@ import json
 import textwrap
 
 from .job import utc_ns
-from .units import clock, ms, pct, rate, seconds, size
+from .rpcs import COLUMN_LEGEND, SPLIT, split
+from .units import clock, ms, pct, rate, round_rate, seconds, size
 
 WIDTH = 100
 MAX_RANK_ROWS = 40
@@ -88,7 +89,7 @@ def _transport_rows(transports: list[dict]) -> list[str]:
     for t in transports:
         link = t["link"]
         if link:
-            speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "speed unknown"
+            speed = round_rate(link["speed_bps"]) if link["speed_bps"] else "speed unknown"
             util = "" if link["mean_util"] is None else f" ({pct(link['mean_util'])})"
             link_text = f"{link['iface']} {speed}, {rate(link['mean_tx_bps'])} out{util}"
         else:
@@ -107,17 +108,18 @@ def _transport_rows(transports: list[dict]) -> list[str]:
 
 
 def _proc_rows(by_proc: dict) -> list[str]:
-    out = [f"{'procedure':<12} {'count':>7} {'bytes':>10} {'slot wait':>9} {'xmit wait':>9} {'rtt':>8} "
-           f"{'execute':>8} {'p50':>8} {'p99':>8}"]
+    out = ["  " + COLUMN_LEGEND,
+           f"{'procedure':<12} {'count':>7} {'bytes':>10} "
+           + "".join(f"{part.column:>8} " for part in SPLIT)
+           + f"{'execute':>8} {'p50':>8} {'p99':>8}"]
     for name, p in sorted(by_proc.items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
-        n = p["count"]
-        if not n:
+        means = split(p)
+        if means is None:
             out.append(f"{name:<12} {0:>7}  ({p.get('outstanding', 0)} outstanding)")
             continue
-        per = {k: p[k] / n for k in ("slot_wait_ns", "transmit_wait_ns", "rtt_ns", "execute_ns")}
-        out.append(f"{name:<12} {n:>7,} {size(p['bytes']):>10} {ms(per['slot_wait_ns']):>9} "
-                   f"{ms(per['transmit_wait_ns']):>9} {ms(per['rtt_ns']):>8} {ms(per['execute_ns']):>8} "
-                   f"{ms(p['p50_ns']):>8} {ms(p['p99_ns']):>8}")
+        out.append(f"{name:<12} {p['count']:>7,} {size(p['bytes']):>10} "
+                   + "".join(f"{ms(means[part.key]):>8} " for part in SPLIT)
+                   + f"{ms(means['execute_ns']):>8} {ms(p['p50_ns']):>8} {ms(p['p99_ns']):>8}")
         if p.get("outstanding"):
             out.append(f"{'':<12} {'+' + str(p['outstanding']):>7}  still outstanding when recording stopped")
     return out

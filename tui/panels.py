@@ -15,7 +15,8 @@ from textual.widgets import DataTable, Footer, Static
 
 from slotscope.analyzer.job import utc_ns
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
-from slotscope.analyzer.units import clock, ms, rate, seconds, size
+from slotscope.analyzer.rpcs import REST, SPLIT, split
+from slotscope.analyzer.units import clock, ms, rate, round_rate, seconds, size
 
 from .ranktable import Column
 
@@ -223,7 +224,7 @@ def nfs_text(result: dict) -> Text:
             scale = speed or link["peak_bps"] or 1
             util = [max(a, b) for a, b in zip(link["tx"], link["rx"])]
             hot = (lambda i: "red" if util[i] >= 0.8 * speed else "cyan") if speed else (lambda i: "cyan")
-            cap = f"of {rate(speed)}" if speed else "· speed unknown"
+            cap = f"of {round_rate(speed)}" if speed else "· speed unknown"
             lines.append(_line(_label(f"  link {link['iface']}"), spark(util, scale, hot, cursor),
                                f"  peak {rate(link['peak_bps'])} {cap}"))
     return Text("\n").join(lines)
@@ -231,31 +232,18 @@ def nfs_text(result: dict) -> Text:
 
 # ---- RPC latency split per procedure ----
 
-SPLIT = (("slot_wait_ns", "red", "slot wait"), ("transmit_wait_ns", "yellow", "transmit"),
-         ("rtt_ns", "blue", "round trip"), ("other", "grey50", "other"))
+SPLIT_STYLES = {"slot_wait_ns": "red", "transmit_wait_ns": "yellow", "rtt_ns": "blue", REST: "grey50"}
 
 
-def proc_split(p: dict) -> dict | None:
-    """Mean ns per RPC of each part of a procedure's execute time (other: what the named parts
-    do not cover)."""
-    n = p.get("count") or 0
-    if not n:
-        return None
-    parts = {k: p[k] / n for k in ("slot_wait_ns", "transmit_wait_ns", "rtt_ns", "execute_ns")}
-    parts["other"] = max(0.0, parts["execute_ns"] - parts["slot_wait_ns"] - parts["transmit_wait_ns"]
-                         - parts["rtt_ns"])
-    return parts
-
-
-def split_bar(parts: dict, scale: float, width: int = BAR_W) -> Text:
-    total = parts["execute_ns"]
+def split_bar(means: dict, scale: float, width: int = BAR_W) -> Text:
+    total = means["execute_ns"]
     cells = round(width * total / scale) if scale else 0
     out, used, acc = Text(), 0, 0.0
-    for key, color, _ in SPLIT:
-        acc += parts[key]
+    for part in SPLIT:
+        acc += means[part.key]
         upto = round(cells * min(acc, total) / total) if total else 0
         if upto > used:
-            out.append("█" * (upto - used), color)
+            out.append("█" * (upto - used), SPLIT_STYLES[part.key])
             used = upto
     out.append(" " * (width - used))
     return out
@@ -265,22 +253,22 @@ def rpc_text(by_proc: dict, title: str = "RPC latency per procedure", limit: int
     if not by_proc:
         return _line((title, "bold"), "  no completed RPCs yet")
     head = _line((title, "bold"), (" (ms per RPC)", "dim"), " ")
-    for _, color, name in SPLIT:
-        head.append(" █", color)
-        head.append(f" {name}")
-    lines = [head, Text(f"{'procedure':<12}{'count':>8}{'slot wait':>10}{'transmit':>9}{'rtt':>8}{'other':>8}"
-                        f"{'execute':>9}{'p99':>9}  split", style="dim")]
-    rows = [(name, p, proc_split(p)) for name, p in by_proc.items()]
+    for part in SPLIT:
+        head.append(" █", SPLIT_STYLES[part.key])
+        head.append(f" {part.label}")
+    columns = "".join(f"{part.column:>8}" for part in SPLIT)
+    lines = [head, Text(f"{'procedure':<12}{'count':>8}{columns}{'execute':>9}{'p99':>9}  split", style="dim")]
+    rows = [(name, p, split(p)) for name, p in by_proc.items()]
     rows.sort(key=lambda x: -(x[2]["execute_ns"] * x[1]["count"] if x[2] else 0))
     scale = max((x[2]["execute_ns"] for x in rows if x[2]), default=0)
-    for name, p, parts in rows[:limit]:
-        if parts is None:
+    for name, p, means in rows[:limit]:
+        if means is None:
             lines.append(Text(f"{name[:12]:<12}{0:>8}  ({p.get('outstanding', 0)} outstanding)"))
             continue
         out = f"  +{p['outstanding']} outstanding" if p.get("outstanding") else ""
-        lines.append(_line(f"{name[:12]:<12}{p['count']:>8,}{ms(parts['slot_wait_ns']):>10}"
-                           f"{ms(parts['transmit_wait_ns']):>9}{ms(parts['rtt_ns']):>8}{ms(parts['other']):>8}"
-                           f"{ms(parts['execute_ns']):>9}{ms(p['p99_ns']):>9}  ", split_bar(parts, scale), out))
+        parts = "".join(f"{ms(means[part.key]):>8}" for part in SPLIT)
+        lines.append(_line(f"{name[:12]:<12}{p['count']:>8,}{parts}{ms(means['execute_ns']):>9}"
+                           f"{ms(p['p99_ns']):>9}  ", split_bar(means, scale), out))
     if len(rows) > limit:
         lines.append(Text(f"+{len(rows) - limit} more: {', '.join(n for n, _, _ in rows[limit:])}", style="dim"))
     return Text("\n").join(lines)
@@ -339,6 +327,9 @@ class FindingsScreen(Screen):
 
 
 # ---- drill-down ----
+
+RPC_COLUMNS = ("procedure", "count", "bytes", *(part.column for part in SPLIT), "execute", "p99")
+
 
 class RankScreen(Screen):
     """Drill-down: one rank's syscalls, RPCs per procedure, files, and what it is blocked in,
@@ -411,15 +402,15 @@ class RankScreen(Screen):
             how = ", ".join(f"{n} {k}" for k, n in sorted(detail["rpc"]["attribution"].items()))
             title.update(f"[b]RPCs[/] [dim](ms per RPC; attributed: {how or 'none'})[/]")
             for name, p in sorted(detail["rpc"]["by_proc"].items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
-                parts = proc_split(p)
-                if parts is None:
-                    rpc_rows.append((name, "0", "", f"{p.get('outstanding', 0)} outstanding", "", "", "", ""))
+                means = split(p)
+                if means is None:
+                    rpc_rows.append((name, "0", "", f"{p.get('outstanding', 0)} outstanding")
+                                    + ("",) * (len(RPC_COLUMNS) - 4))
                     continue
-                rpc_rows.append((name, f"{p['count']:,}", size(p["bytes"]), ms(parts["slot_wait_ns"]),
-                                 ms(parts["transmit_wait_ns"]), ms(parts["rtt_ns"]), ms(parts["execute_ns"]),
+                rpc_rows.append((name, f"{p['count']:,}", size(p["bytes"]),
+                                 *(ms(means[part.key]) for part in SPLIT), ms(means["execute_ns"]),
                                  ms(p["p99_ns"])))
-        self.fill(self.query_one("#rpcs", DataTable),
-                  ("procedure", "count", "bytes", "slot wait", "transmit", "rtt", "execute", "p99"), rpc_rows)
+        self.fill(self.query_one("#rpcs", DataTable), RPC_COLUMNS, rpc_rows)
         self.fill(self.query_one("#files", DataTable), ("file", "written", "calls", "total ms", "max ms"), [
             (f["path"], size(f["bytes"]), f"{f['calls']:,}", ms(f["total_ns"]), ms(f["max_ns"]))
             for f in (detail or {}).get("files", [])])
