@@ -147,7 +147,7 @@ def slot_saturation(ctx: Context) -> list[Finding]:
                    f"slot wait is {pct(wait_share)} of WRITE time")
         if ceiling:
             summary += (f". Bandwidth paradox: {size(achieved or 0)}/s is {pct(ev['throughput_vs_ceiling'])} "
-                        f"of the {limit} slots x {size(write_bytes)} / {ms(hold)} ms ceiling")
+                        f"of the {limit} slots x {size(write_bytes)} / {ms(hold, thousands=False)} ms ceiling")
             if link.get("mean_util") is not None:
                 summary += f", while the link carried {pct(link['mean_util'])} of {rate(link['speed_bps'])}"
             elif link.get("mean_tx_bps") is not None:

@@ -32,6 +32,17 @@ def rate(bps: float | None) -> str:
     return f"{value:.0f} b/s" if unit == "b/s" else f"{value:.1f} {unit}"
 
 
+def mbps(bps: float) -> str:
+    """A rate always in Mb/s, '1.5 Mb/s': the JSON checklist's unit, one for every capture so that
+    a script comparing values reads one unit."""
+    return f"{bps / 1e6:.1f} Mb/s"
+
+
+def gbps(bps: float) -> str:
+    """A capacity always in Gb/s without padding digits, '10 Gb/s', '0.1 Gb/s' (the checklist's)."""
+    return f"{bps / 1e9:g} Gb/s"
+
+
 def round_rate(bps: float) -> str:
     """A round rate, as a link's capacity or an axis tick, without padding digits: '10 Gb/s',
     '2.5 Gb/s', '100 Mb/s'."""
@@ -46,10 +57,12 @@ def pct(x: float | None) -> str:
     return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.2g}%"
 
 
-def ms(ns: float | None) -> str:
-    """Nanoseconds in milliseconds, the unit left to the column head or the sentence: '1,234.5';
-    '-' when unknown."""
-    return "-" if ns is None else f"{ns / 1e6:,.1f}"
+def ms(ns: float | None, thousands: bool = True) -> str:
+    """Nanoseconds in milliseconds, the unit left to the column head or the sentence: '1,234.5'
+    ('1234.5' without `thousands`); '-' when unknown."""
+    if ns is None:
+        return "-"
+    return f"{ns / 1e6:,.1f}" if thousands else f"{ns / 1e6:.1f}"
 
 
 def seconds(ns: float | None, digits: int = 2, unit: bool = False) -> str:
