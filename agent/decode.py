@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slotscope.capture.syscalls import (BOOKKEEPING_SYSCALLS, DUP_SYSCALLS, FLUSH_SYSCALLS, NFS_CALLS, OP_NAME,
-                                        OP_NUMBER, OPEN_SYSCALLS, OPS, WRITE_SYSCALLS)
+                                        OP_NUMBER, OPEN_SYSCALLS, OPS, STAT_SYSCALLS, WRITE_SYSCALLS)
 from slotscope.capture.tables import BLOCKED, SYSCALL
 
 from .files import AT_FDCWD, UNKNOWN, FdTable, FileRegistry
@@ -121,7 +121,7 @@ class Decoder:
                     self.registry.cwd[tgid] = info.path
             else:  # a path-taking call
                 p = self._path(tid, t0, 0)
-                if op in ("newfstatat", "statx") and p == "" and flags & AT_EMPTY_PATH:
+                if op in STAT_SYSCALLS and p == "" and flags & AT_EMPTY_PATH:
                     at = self.fds.at(FdTable.key(tgid, fd), t0)
                     fids[i] = at[1] if at else UNKNOWN
                     continue

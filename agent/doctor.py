@@ -5,7 +5,7 @@ import os
 import sys
 
 from . import kernel
-from .probes import GROUPS
+from .probes import GROUPS, Filters, ebpf_text, runnable_groups
 
 
 def checks() -> list[tuple[str, str | None, str]]:
@@ -31,7 +31,15 @@ def checks() -> list[tuple[str, str | None, str]]:
     return out
 
 
-def run_doctor() -> int:
+def run_doctor(ebpf: bool = False) -> int:
+    if ebpf:
+        groups, skipped = runnable_groups()
+        if not groups:
+            print("slotscope doctor: no probe group can run here: "
+                  + "; ".join(f"{name}: {why}" for name, why in skipped.items()), file=sys.stderr)
+            return 1
+        print(ebpf_text(groups, Filters(), skipped), end="")
+        return 0
     results = checks()
     width = max(len(name) for name, _, _ in results)
     for name, reason, what in results:

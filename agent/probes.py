@@ -285,15 +285,48 @@ class XprtProbes(KprobeGroup):
 GROUPS = (SyscallProbes, SunrpcProbes, NfsProbes, OwnerProbes, XprtProbes)
 
 
-def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
-    from bcc import BPF  # only here: importing bcc is the agent's business alone
+def runnable_groups() -> tuple[list[ProbeGroup], dict[str, str]]:
+    """The probe groups that can run here, and why each other one cannot (a group that loads
+    with another is left out with it)."""
+    groups, skipped = [], {}
+    for make in GROUPS:
+        group = make()
+        why = group.can_run()
+        if group.needs and group.needs in skipped:
+            why = f"needs the {group.needs} group"
+        if why:
+            skipped[group.name] = why
+        else:
+            groups.append(group)
+    return groups, skipped
 
+
+def program(groups: list[ProbeGroup], filters: Filters) -> tuple[str, list[str]]:
+    """The C text and compiler flags that load() hands to BCC for these groups."""
     bpf_dir = resources.files("slotscope.bpf")
     text = c_header() + bpf_dir.joinpath("common.h").read_text()
     if any(isinstance(g, KprobeGroup) for g in groups):
         text += bpf_dir.joinpath("opaque.h").read_text()
     text += "".join(g.program_text() for g in groups)
-    cflags = [flag for g in groups for flag in g.cflags(filters)]
+    return text, [flag for g in groups for flag in g.cflags(filters)]
+
+
+def ebpf_text(groups: list[ProbeGroup], filters: Filters, skipped: dict[str, str]) -> str:
+    """What `--ebpf` prints, as BCC's tools do: the program load() would compile, its -D flags
+    written as #defines so that the text stands alone, and the groups left out with why."""
+    text, cflags = program(groups, filters)
+    head = [f"/* slotscope: probe groups {', '.join(g.name for g in groups)} */"]
+    head += [f"/* not loaded: {name}: {why} */" for name, why in skipped.items()]
+    for flag in cflags:   # every flag the groups make is a -DNAME[=VALUE]
+        name, _, value = flag.removeprefix("-D").partition("=")
+        head.append(f"#define {name} {value or 1}")
+    return "\n".join(head) + "\n" + text
+
+
+def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
+    from bcc import BPF  # only here: importing bcc is the agent's business alone
+
+    text, cflags = program(groups, filters)
     bpf = BPF(text=text.encode(), cflags=cflags)
     loaded = Loaded(bpf, groups)
     for tgid in filters.tgids:

@@ -23,7 +23,7 @@ from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS, warm_up
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import DRAIN_EVERY, GROUPS, Filters, KprobeGroup, SyscallProbes, load
+from .probes import DRAIN_EVERY, Filters, KprobeGroup, SyscallProbes, ebpf_text, load, runnable_groups
 from .rpc_rows import ClientNames, rpc_table
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
 
@@ -78,6 +78,24 @@ def _refuse_traced_output(opts: RecordOptions, file_filter: FileFilter) -> None:
     if mount and mount.is_nfs and file_filter.matches(target + "/meta.json", mount.fstype):
         raise RecordError(f"{opts.output} is on the NFS mount {mount.mountpoint} that is being traced; "
                           f"write the capture to a local disk")
+
+
+def record_groups() -> tuple[list, dict]:
+    """The probe groups a recording loads: the syscall group is required, the others are
+    optional (a machine without NFS still records syscalls), each skipped with its reason."""
+    groups, skipped = runnable_groups()
+    if SyscallProbes.name in skipped:
+        raise RecordError(f"cannot trace syscalls: {skipped[SyscallProbes.name]}")
+    return groups, skipped
+
+
+def record_ebpf(opts: RecordOptions) -> str:
+    """The BPF program `record` would load with these options (`record --ebpf`)."""
+    groups, skipped = record_groups()
+    # The traced command's pid is known only once it runs; the program depends only on
+    # whether processes are filtered at all.
+    tgids = list(opts.pids) + ([0] if opts.command else [])
+    return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup), skipped)
 
 
 class HeldCommand:
@@ -173,7 +191,7 @@ class Recorder:
         set up what the loop needs; a failure is a RecordError and leaves nothing running."""
         opts = self.opts
         file_filter = opts.file_filter()
-        groups, skipped = self._groups()
+        groups, skipped = record_groups()
         _refuse_traced_output(opts, file_filter)
         if opts.cgroup and not os.path.isdir(opts.cgroup):
             raise RecordError(f"--cgroup {opts.cgroup}: not a cgroup v2 directory")
@@ -223,23 +241,6 @@ class Recorder:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.clients = ClientNames()
         self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
-
-    def _groups(self) -> tuple[list, dict]:
-        """The probe groups that can run here, and why each other one cannot. The syscall group
-        is required; the others are optional: a machine without NFS still records syscalls."""
-        groups, skipped = [], {}
-        for make in GROUPS:
-            group = make()
-            why = group.can_run()
-            if group.needs and group.needs in skipped:
-                why = f"needs the {group.needs} group"
-            if why and isinstance(group, SyscallProbes):
-                raise RecordError(f"cannot trace syscalls: {why}")
-            if why:
-                skipped[group.name] = why
-            else:
-                groups.append(group)
-        return groups, skipped
 
     def loop(self) -> None:
         """Release the traced command and drain until a stop: a signal, the command's end or

@@ -16,7 +16,7 @@ from .ranks import rank_table
 from .rpcs import by_proc
 from .thresholds import Thresholds
 from .transports import transport_table
-from .units import pct
+from .units import gbps, mbps, pct
 
 UTC_COLUMNS = ("ts_begin", "ts_end", "ts_first_tx")
 
@@ -116,11 +116,11 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
         link = t["link"]
         if link:
             util = link["mean_util"]
-            speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "unknown"
+            speed = gbps(link["speed_bps"]) if link["speed_bps"] else "unknown"
             out.append({"question": f"link utilisation during the save ({link['iface']})",
                         "answer": None if util is None else pct(util),
-                        "value": f"mean {link['mean_tx_bps'] / 1e6:.1f} Mb/s out, peak {link['peak_bps'] / 1e6:.1f} "
-                                 f"Mb/s, capacity {speed}"})
+                        "value": f"mean {mbps(link['mean_tx_bps'])} out, peak {mbps(link['peak_bps'])}, "
+                                 f"capacity {speed}"})
     if window:
         secs = (window[1] - window[0]) / 1e9
         durations = sorted(r["save_s"] for r in result["ranks"] if r["bytes_written"])

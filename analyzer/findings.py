@@ -24,7 +24,7 @@ from .ranks import RANK_KEYS, blocked_calls, rank_key, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
-from .units import pct, rate, size
+from .units import ms, pct, rate, size
 
 CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "straggler_rank", "flush_commit_stall",
           "small_sync_writes", "metadata_storm")
@@ -147,7 +147,7 @@ def slot_saturation(ctx: Context) -> list[Finding]:
                    f"slot wait is {pct(wait_share)} of WRITE time")
         if ceiling:
             summary += (f". Bandwidth paradox: {size(achieved or 0)}/s is {pct(ev['throughput_vs_ceiling'])} "
-                        f"of the {limit} slots x {size(write_bytes)} / {hold / 1e6:.1f} ms ceiling")
+                        f"of the {limit} slots x {size(write_bytes)} / {ms(hold, thousands=False)} ms ceiling")
             if link.get("mean_util") is not None:
                 summary += f", while the link carried {pct(link['mean_util'])} of {rate(link['speed_bps'])}"
             elif link.get("mean_tx_bps") is not None:

@@ -18,6 +18,18 @@ def iso_utc(ns: int | None) -> str | None:
     return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
 
 
+def utc_ns(iso: str | None) -> int | None:
+    """An ISO 8601 time (without a zone it is UTC) -> UTC ns, exact to the microsecond; the
+    inverse of iso_utc(). ValueError when it is not one."""
+    from datetime import datetime, timezone
+    if iso is None:
+        return None
+    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+
+
 def with_host(t: pa.Table, host: str) -> pa.Table:
     return t.append_column("host", pa.array([host], pa.string()).take(pa.array(np.zeros(t.num_rows, np.int32))))
 
@@ -146,7 +158,6 @@ def between(job: Job, since_utc: int | None, until_utc: int | None) -> Job:
 def parse_when(text: str, job: Job) -> int:
     """A time on the command line: seconds since the job's first capture started ('90', '1.5'),
     or an ISO 8601 time ('2026-12-02T19:30:00Z'; without a zone it is UTC). -> UTC ns."""
-    from datetime import datetime, timezone
     try:
         seconds = float(text.rstrip("s"))
     except ValueError:
@@ -157,10 +168,7 @@ def parse_when(text: str, job: Job) -> int:
             raise ValueError(f"{text!r} is relative to the capture's start, which these captures do not record")
         return min(starts) + int(seconds * 1e9)
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return utc_ns(text)
     except ValueError:
         raise ValueError(f"bad time {text!r}: want seconds since the capture started (e.g. 90) "
                          "or an ISO 8601 time (e.g. 2026-12-02T19:30:00Z)") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 
 from .attribution import attributed_writes
 from .calls import file_calls
-from slotscope.capture.syscalls import FLUSH_SYSCALLS, WRITE_SYSCALLS
+from slotscope.capture.syscalls import FLUSH_SYSCALLS, OP_NUMBER, WRITE_SYSCALLS
 
 from .job import Job, iso_utc, with_host
 
@@ -116,6 +116,9 @@ def rank_table(job: Job) -> list[dict]:
             r["bytes_written"] += row["bytes_sum"] or 0
     for key, r in ranks.items():
         r["pids"].sort()
+        # in the vocabulary's order: the groups come from a threaded group_by in no fixed order,
+        # which made analyze --json differ between runs on one capture
+        r["syscalls"] = dict(sorted(r["syscalls"].items(), key=lambda kv: OP_NUMBER.get(kv[0], len(OP_NUMBER))))
         r["comm"] = min(comms[key]) if key in comms else None
         r.update(save_start=iso_utc(r["save_start_ns"]), save_end=iso_utc(r["save_end_ns"]),
                  save_s=(r["save_end_ns"] - r["save_start_ns"]) / 1e9)

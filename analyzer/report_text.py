@@ -6,25 +6,12 @@ from __future__ import annotations
 import json
 import textwrap
 
-from .units import pct, size
+from .job import utc_ns
+from .rpcs import COLUMN_LEGEND, SPLIT, split
+from .units import clock, ms, pct, rate, round_rate, seconds, size
 
 WIDTH = 100
 MAX_RANK_ROWS = 40
-
-
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f}"
-
-
-def _rate(bps: float) -> str:
-    for unit, div in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
-        if bps >= div:
-            return f"{bps / div:.1f} {unit}"
-    return f"{bps:.0f} b/s"
-
-
-def _s(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e9:,.2f}"
 
 
 def _wrap(text: str, indent: str) -> list[str]:
@@ -57,12 +44,8 @@ def rank_ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-def _clock(iso: str | None) -> str:
-    return iso[11:23] if iso else "?"
-
-
 def finding_lines(f: dict) -> list[str]:
-    out = [f"[{f['severity']}] {f['kind']}  {_clock(f['start'])} .. {_clock(f['end'])} UTC"]
+    out = [f"[{f['severity']}] {f['kind']}  {clock(utc_ns(f['start']))} .. {clock(utc_ns(f['end']))} UTC"]
     out += _wrap(f["summary"], "  ")
     ev = ", ".join(f"{k} {_value(v)}" for k, v in f["evidence"].items()
                    if v is not None and not isinstance(v, (dict, list)))
@@ -90,10 +73,10 @@ def _rank_rows(ranks: list[dict]) -> list[str]:
     for r in shown:
         pids = ",".join(map(str, r["pids"][:2])) + ("+" if len(r["pids"]) > 2 else "")
         top = max(r["syscalls"].items(), key=lambda kv: kv[1]["total_ns"], default=None)
-        top_text = f"{top[0]} {top[1]['count']}x {_s(top[1]['total_ns'])}" if top else "-"
+        top_text = f"{top[0]} {top[1]['count']}x {seconds(top[1]['total_ns'])}" if top else "-"
         out.append(f"{'-' if r['rank'] is None else r['rank']:>5} {r['host'][:8]:<8} {pids[:9]:<9} "
                    f"{size(r['bytes_written']):>10} {'-' if r['write_rpcs'] is None else r['write_rpcs']:>6} "
-                   f"{size(r['mean_rpc_bytes']):>10} {_s(r['slot_wait_ns']):>9} {_s(r['blocked_ns']):>8} "
+                   f"{size(r['mean_rpc_bytes']):>10} {seconds(r['slot_wait_ns']):>9} {seconds(r['blocked_ns']):>8} "
                    f"{r['save_s']:>7.2f}  {top_text[:WIDTH - 82]}")
     if len(shown) < len(ranks):
         out.append(f"  ... {len(ranks) - len(shown)} more ranks (the {len(shown)} most blocked are shown; "
@@ -106,9 +89,9 @@ def _transport_rows(transports: list[dict]) -> list[str]:
     for t in transports:
         link = t["link"]
         if link:
-            speed = f"{link['speed_bps'] / 1e9:g} Gb/s" if link["speed_bps"] else "speed unknown"
+            speed = round_rate(link["speed_bps"]) if link["speed_bps"] else "speed unknown"
             util = "" if link["mean_util"] is None else f" ({pct(link['mean_util'])})"
-            link_text = f"{link['iface']} {speed}, {_rate(link['mean_tx_bps'])} out{util}"
+            link_text = f"{link['iface']} {speed}, {rate(link['mean_tx_bps'])} out{util}"
         else:
             link_text = "-"
         full = "-" if t["saturated_fraction"] is None else f"{100 * t['saturated_fraction']:.0f}%"
@@ -125,17 +108,18 @@ def _transport_rows(transports: list[dict]) -> list[str]:
 
 
 def _proc_rows(by_proc: dict) -> list[str]:
-    out = [f"{'procedure':<12} {'count':>7} {'bytes':>10} {'slot wait':>9} {'xmit wait':>9} {'rtt':>8} "
-           f"{'execute':>8} {'p50':>8} {'p99':>8}"]
+    out = ["  " + COLUMN_LEGEND,
+           f"{'procedure':<12} {'count':>7} {'bytes':>10} "
+           + "".join(f"{part.column:>8} " for part in SPLIT)
+           + f"{'execute':>8} {'p50':>8} {'p99':>8}"]
     for name, p in sorted(by_proc.items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
-        n = p["count"]
-        if not n:
+        means = split(p)
+        if means is None:
             out.append(f"{name:<12} {0:>7}  ({p.get('outstanding', 0)} outstanding)")
             continue
-        per = {k: p[k] / n for k in ("slot_wait_ns", "transmit_wait_ns", "rtt_ns", "execute_ns")}
-        out.append(f"{name:<12} {n:>7,} {size(p['bytes']):>10} {_ms(per['slot_wait_ns']):>9} "
-                   f"{_ms(per['transmit_wait_ns']):>9} {_ms(per['rtt_ns']):>8} {_ms(per['execute_ns']):>8} "
-                   f"{_ms(p['p50_ns']):>8} {_ms(p['p99_ns']):>8}")
+        out.append(f"{name:<12} {p['count']:>7,} {size(p['bytes']):>10} "
+                   + "".join(f"{ms(means[part.key]):>8} " for part in SPLIT)
+                   + f"{ms(means['execute_ns']):>8} {ms(p['p50_ns']):>8} {ms(p['p99_ns']):>8}")
         if p.get("outstanding"):
             out.append(f"{'':<12} {'+' + str(p['outstanding']):>7}  still outstanding when recording stopped")
     return out
@@ -149,7 +133,7 @@ def render_text(result: dict) -> str:
     out = [head]
     if result.get("window"):
         w = result["window"]
-        out.append(f"save window {w['start']} .. {_clock(w['end'])} UTC ({w['seconds']:.2f} s), "
+        out.append(f"save window {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), "
                    f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks")
     out += [line for n in result["notes"] for line in _wrap(f"note: {n}", "")]
     out.append("")

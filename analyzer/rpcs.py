@@ -1,6 +1,8 @@
 """RPC figures: the latency split per procedure, and when a server sent no replies."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,6 +15,37 @@ METADATA_PROCS = frozenset({
     "STATFS", "SERVER_CAPS", "LOOKUP_ROOT", "GETDEVICEINFO", "LAYOUTGET", "LAYOUTRETURN", "LAYOUTCOMMIT",
 })
 SPANS = ("slot_wait_ns", "transmit_wait_ns", "backlog_ns", "rtt_ns", "execute_ns")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the latency split: one share of an RPC's execute time, as every output shows it."""
+    key: str        # the by_proc sum it is, or REST
+    label: str      # in a legend
+    column: str     # as a table's column head, short: the TUI's drill-down fits nine in 71 columns
+
+
+REST = "rest_ns"
+# The latency split, in the order an RPC goes through it; REST is what the measured parts
+# leave of execute.
+SPLIT = (Part("slot_wait_ns", "slot wait", "slot"),
+         Part("transmit_wait_ns", "transmit wait", "xmit"),
+         Part("rtt_ns", "round trip", "rtt"),
+         Part(REST, "rest of execute", "rest"))
+# what the tables' column heads stand for
+COLUMN_LEGEND = ", ".join(f"{part.column}: {part.label}" for part in SPLIT)
+
+
+def split(p: dict) -> dict[str, float] | None:
+    """A by_proc entry's mean ns per completed RPC of each part of SPLIT (keyed by Part.key)
+    and of execute whole ("execute_ns"); None when none completed."""
+    n = p.get("count") or 0
+    if not n:
+        return None
+    means = {part.key: p[part.key] / n for part in SPLIT if part.key != REST}
+    execute = p["execute_ns"] / n
+    # the spans are measured apart from execute and can add up to more: the rest stops at 0
+    return {**means, REST: max(0.0, execute - sum(means.values())), "execute_ns": execute}
 
 
 def by_proc(rpc: pa.Table | None) -> dict[str, dict]:

@@ -1,5 +1,9 @@
-"""How numbers read in every output (terminal report, HTML, TUI): sizes, rates, shares."""
+"""How numbers read in every output (terminal report, HTML, TUI): sizes, rates, shares,
+durations and times of day; each quantity formatted here only."""
 from __future__ import annotations
+
+RATE_UNITS = (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3))
+DAY_NS = 86_400_000_000_000
 
 
 def size(n: float | None) -> str:
@@ -13,14 +17,37 @@ def size(n: float | None) -> str:
     return ""
 
 
+def _in_rate_unit(bps: float) -> tuple[float, str]:
+    for unit, div in RATE_UNITS:
+        if abs(bps) >= div:
+            return bps / div, unit
+    return bps, "b/s"
+
+
 def rate(bps: float | None) -> str:
-    """Bits per second: '1.5 Mb/s', '10.0 Gb/s'; '?' when unknown."""
+    """A measured rate in bits per second: '1.5 Mb/s', '10.0 Gb/s'; '?' when unknown."""
     if bps is None:
         return "?"
-    for unit, div in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
-        if bps >= div:
-            return f"{bps / div:.1f} {unit}"
-    return f"{bps:.0f} b/s"
+    value, unit = _in_rate_unit(bps)
+    return f"{value:.0f} b/s" if unit == "b/s" else f"{value:.1f} {unit}"
+
+
+def mbps(bps: float) -> str:
+    """A rate always in Mb/s, '1.5 Mb/s': the JSON checklist's unit, one for every capture so that
+    a script comparing values reads one unit."""
+    return f"{bps / 1e6:.1f} Mb/s"
+
+
+def gbps(bps: float) -> str:
+    """A capacity always in Gb/s without padding digits, '10 Gb/s', '0.1 Gb/s' (the checklist's)."""
+    return f"{bps / 1e9:g} Gb/s"
+
+
+def round_rate(bps: float) -> str:
+    """A round rate, as a link's capacity or an axis tick, without padding digits: '10 Gb/s',
+    '2.5 Gb/s', '100 Mb/s'."""
+    value, unit = _in_rate_unit(bps)
+    return f"{value:g} {unit}"
 
 
 def pct(x: float | None) -> str:
@@ -28,3 +55,28 @@ def pct(x: float | None) -> str:
     if x is None:
         return "?"
     return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.2g}%"
+
+
+def ms(ns: float | None, thousands: bool = True) -> str:
+    """Nanoseconds in milliseconds, the unit left to the column head or the sentence: '1,234.5'
+    ('1234.5' without `thousands`); '-' when unknown."""
+    if ns is None:
+        return "-"
+    return f"{ns / 1e6:,.1f}" if thousands else f"{ns / 1e6:.1f}"
+
+
+def seconds(ns: float | None, digits: int = 2, unit: bool = False) -> str:
+    """Nanoseconds in seconds: '12.34', with unit '12.34 s'; '-' when unknown."""
+    if ns is None:
+        return "-"
+    return f"{ns / 1e9:,.{digits}f}" + (" s" if unit else "")
+
+
+def clock(utc_ns: int | None, decimals: int = 3) -> str:
+    """A UTC time as its time of day, cut (not rounded) to `decimals`: '18:03:40.254',
+    '18:03:40'; '?' when unknown."""
+    if utc_ns is None:
+        return "?"
+    whole, frac = divmod(int(utc_ns) % DAY_NS, 1_000_000_000)
+    text = f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+    return text + f".{frac:09d}"[:decimals + 1] if decimals else text

@@ -19,9 +19,10 @@ WRITE_SYSCALLS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 OPEN_SYSCALLS = ("openat", "openat2", "creat")
 # Calls that wait for dirty pages to reach the server (NFS flushes on close: close-to-open).
 FLUSH_SYSCALLS = ("close", "fsync", "fdatasync", "sync_file_range")
+STAT_SYSCALLS = ("newfstatat", "statx")
 # Calls that are round trips to the server's namespace, not data.
-METADATA_SYSCALLS = OPEN_SYSCALLS + ("newfstatat", "statx", "rename", "renameat", "renameat2",
-                                     "unlink", "unlinkat", "mkdir", "mkdirat")
+METADATA_SYSCALLS = OPEN_SYSCALLS + STAT_SYSCALLS + ("rename", "renameat", "renameat2",
+                                                     "unlink", "unlinkat", "mkdir", "mkdirat")
 DUP_SYSCALLS = ("dup", "dup2", "dup3", "fcntl")
 # Bookkeeping calls: they keep the agent's fd table and cwd right; they are not rows.
 BOOKKEEPING_SYSCALLS = DUP_SYSCALLS + ("chdir", "fchdir", "close_range")

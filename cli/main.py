@@ -11,16 +11,22 @@ EPILOG = "Run `slotscope doctor` to see what this machine can trace."
 
 
 def _record(args) -> int:
-    from slotscope.agent.recorder import RecordError, RecordOptions, record
+    from slotscope.agent.recorder import RecordError, RecordOptions, record, record_ebpf
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not args.output and not args.ebpf:
+        print("slotscope record: -o/--output DIR is required", file=sys.stderr)
+        return 2
     opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
                          pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
                          group_readable=args.group_readable, status=not args.quiet)
-    if args.tui:
-        from .record_tui import record_with_tui
-        return record_with_tui(opts, sys.argv)
     try:
+        if args.ebpf:
+            print(record_ebpf(opts), end="")
+            return 0
+        if args.tui:
+            from .record_tui import record_with_tui
+            return record_with_tui(opts, sys.argv)
         return record(opts, sys.argv)
     except RecordError as exc:
         print(f"slotscope record: {exc}", file=sys.stderr)
@@ -29,7 +35,7 @@ def _record(args) -> int:
 
 def _doctor(args) -> int:
     from slotscope.agent.doctor import run_doctor
-    return run_doctor()
+    return run_doctor(ebpf=args.ebpf)
 
 
 def _open_job(paths):
@@ -164,12 +170,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     d = sub.add_parser("doctor", help="what this machine can trace, and why not")
+    d.add_argument("--ebpf", action="store_true", help="print the BPF C program of every probe group that can "
+                                                       "run here (with its -D flags as #defines), and exit")
     d.set_defaults(func=_doctor)
 
     r = sub.add_parser("record", help="trace and write a capture (root)",
                        description="Trace file syscalls (and NFS/RPC where the kernel has them) into a capture "
                                    "directory. By default only files on NFS mounts are recorded.")
-    r.add_argument("-o", "--output", required=True, help="capture directory to create (local disk)")
+    r.add_argument("-o", "--output", help="capture directory to create (local disk)")
     r.add_argument("--duration", type=float, help="stop after this many seconds")
     r.add_argument("--path", action="append", default=[], metavar="PREFIX",
                    help="only files under this path (repeatable); implies --fs any unless --fs is given")
@@ -179,6 +187,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="write into an existing non-empty directory")
     r.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
     r.add_argument("-q", "--quiet", action="store_true", help="no status line")
+    r.add_argument("--ebpf", action="store_true",
+                   help="print the BPF C program this recording would load (these filters), and exit")
     r.add_argument("--tui", action="store_true",
                    help="watch the capture in the terminal UI while it records (q or Ctrl-C stops both)")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",

@@ -13,9 +13,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
+from slotscope.analyzer.job import utc_ns
 from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
-from slotscope.analyzer.units import rate, size
+from slotscope.analyzer.rpcs import REST, SPLIT, split
+from slotscope.analyzer.units import clock, ms, rate, round_rate, seconds, size
 from slotscope.analyzer.view import Overview, RankRow
 
 from .ranktable import Column
@@ -26,14 +28,6 @@ NOTE_W = 34           # and its note column after the sparklines
 BAR_W = 24            # the RPC split bar
 MAX_PROCS = 5         # procedures shown in the RPC panel (the costliest)
 SEVERITY_STYLE = {"critical": "b red", "warning": "b yellow", "info": "b cyan"}
-
-
-def ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f}"
-
-
-def secs(ns, digits: int = 1) -> str:
-    return "-" if ns is None else f"{ns / 1e9:,.{digits}f} s"
 
 
 def ago(seconds: float) -> str:
@@ -57,7 +51,7 @@ def blocked_cell(r: RankRow) -> str:
     if not b:
         return ""
     more = f" +{b.calls - 1}" if b.calls > 1 else ""
-    return f"{b.longest.syscall} {secs(b.longest.age_ns)}{more} {short_path(b.longest.path)}"
+    return f"{b.longest.syscall} {seconds(b.longest.age_ns, 1, unit=True)}{more} {short_path(b.longest.path)}"
 
 
 def _blocked_style(r: RankRow) -> str | None:
@@ -90,7 +84,7 @@ RANK_COLUMNS = [
     Column("mean WRITE", 10, lambda r: size(r.entry["mean_rpc_bytes"]), lambda r: _num(r.entry["mean_rpc_bytes"]),
            True, True),
     Column("p99 ms", 8, lambda r: ms(r.extras.p99_ns), lambda r: _num(r.extras.p99_ns), True, True),
-    Column("slot wait", 9, lambda r: secs(r.entry["slot_wait_ns"], 2), lambda r: _num(r.entry["slot_wait_ns"]),
+    Column("slot wait", 9, lambda r: seconds(r.entry["slot_wait_ns"], unit=True), lambda r: _num(r.entry["slot_wait_ns"]),
            True, True),
     Column("blocked now", 0, blocked_cell, lambda r: r.blocked_now.longest.age_ns if r.blocked_now else -1, True,
            style=_blocked_style),
@@ -107,12 +101,10 @@ def matches(r: RankRow, text: str) -> bool:
 
 # ---- banner ----
 
-def _clock(result: dict, cursor_ns: int) -> str:
-    starts = [c["start"] for c in result["captures"] if c["start"]]
-    if not starts:
-        return ""
-    t0 = min(datetime.fromisoformat(s) for s in starts)
-    return " " + datetime.fromtimestamp(t0.timestamp() + cursor_ns / 1e9, timezone.utc).strftime("%H:%M:%S UTC")
+def _cursor_clock(result: dict, cursor_ns: int) -> str:
+    """' 18:04:00 UTC', the time at the cursor; '' when no capture says when it started."""
+    starts = [utc_ns(c["start"]) for c in result["captures"] if c["start"]]
+    return f" {clock(min(starts) + cursor_ns, 0)} UTC" if starts else ""
 
 
 def banner_text(view: Overview, following: bool, playing: bool, filter_text: str, sort_title: str,
@@ -139,7 +131,8 @@ def banner_text(view: Overview, following: bool, playing: bool, filter_text: str
         age = "recorded " + (f"{datetime.fromtimestamp(started, timezone.utc):%Y-%m-%d %H:%M} UTC, "
                              f"{ago(max(0.0, now - started))} ago" if started else "at an unknown time")
     line1 = (f"[{style}]verdict: {escape(verdict)}[/]  host {escape(hosts)} · {state} · "
-             f"cursor {secs(tl.cursor_ns)} / {secs(tl.span_ns)}{_clock(result, tl.cursor_ns)}")
+             f"cursor {seconds(tl.cursor_ns, 1, unit=True)} / {seconds(tl.span_ns, 1, unit=True)}"
+             f"{_cursor_clock(result, tl.cursor_ns)}")
     extra = f"sort: {sort_title}" + (f" · filter: {escape(repr(filter_text))}" if filter_text else "")
     line2 = (f"{age} · [{'b red' if lost else 'dim'}]{lost} events lost[/] · "
              f"{len(view.ranks)} ranks · [dim]{extra} · ? help[/]")
@@ -212,7 +205,8 @@ def nfs_text(view: Overview) -> Text:
     a = "".join(axis)
     at = cursor if cursor is not None else bins
     lines = [_line(("slots & link", "bold"), "0 s ".rjust(LABEL_W - 12), (a[:at], "dim"), (a[at:at + 1], "bold"),
-                   (a[at + 1:], "dim"), f" {secs(span)} ", (f"· cursor {secs(tl.cursor_ns)}", "dim"))]
+                   (a[at + 1:], "dim"), f" {seconds(span, 1, unit=True)} ",
+                   (f"· cursor {seconds(tl.cursor_ns, 1, unit=True)}", "dim"))]
     now = {(t["host"], t["server"]): t for t in view.analysis["transports"]}
     hosts = {s.host for s in series}
     for s in series:
@@ -239,7 +233,7 @@ def nfs_text(view: Overview) -> Text:
             scale = speed or link.peak_bps or 1
             util = [max(a, b) for a, b in zip(link.tx, link.rx)]
             hot = (lambda i: "red" if util[i] >= 0.8 * speed else "cyan") if speed else (lambda i: "cyan")
-            cap = f"of {rate(speed)}" if speed else "· speed unknown"
+            cap = f"of {round_rate(speed)}" if speed else "· speed unknown"
             lines.append(_line(_label(f"  link {link.iface}"), spark(util, scale, hot, cursor),
                                f"  peak {rate(link.peak_bps)} {cap}"))
     return Text("\n").join(lines)
@@ -247,31 +241,18 @@ def nfs_text(view: Overview) -> Text:
 
 # ---- RPC latency split per procedure ----
 
-SPLIT = (("slot_wait_ns", "red", "slot wait"), ("transmit_wait_ns", "yellow", "transmit"),
-         ("rtt_ns", "blue", "round trip"), ("other", "grey50", "other"))
+SPLIT_STYLES = {"slot_wait_ns": "red", "transmit_wait_ns": "yellow", "rtt_ns": "blue", REST: "grey50"}
 
 
-def proc_split(p: dict) -> dict | None:
-    """Mean ns per RPC of each part of a procedure's execute time (other: what the named parts
-    do not cover)."""
-    n = p.get("count") or 0
-    if not n:
-        return None
-    parts = {k: p[k] / n for k in ("slot_wait_ns", "transmit_wait_ns", "rtt_ns", "execute_ns")}
-    parts["other"] = max(0.0, parts["execute_ns"] - parts["slot_wait_ns"] - parts["transmit_wait_ns"]
-                         - parts["rtt_ns"])
-    return parts
-
-
-def split_bar(parts: dict, scale: float, width: int = BAR_W) -> Text:
-    total = parts["execute_ns"]
+def split_bar(means: dict, scale: float, width: int = BAR_W) -> Text:
+    total = means["execute_ns"]
     cells = round(width * total / scale) if scale else 0
     out, used, acc = Text(), 0, 0.0
-    for key, color, _ in SPLIT:
-        acc += parts[key]
+    for part in SPLIT:
+        acc += means[part.key]
         upto = round(cells * min(acc, total) / total) if total else 0
         if upto > used:
-            out.append("█" * (upto - used), color)
+            out.append("█" * (upto - used), SPLIT_STYLES[part.key])
             used = upto
     out.append(" " * (width - used))
     return out
@@ -281,22 +262,22 @@ def rpc_text(by_proc: dict, title: str = "RPC latency per procedure", limit: int
     if not by_proc:
         return _line((title, "bold"), "  no completed RPCs yet")
     head = _line((title, "bold"), (" (ms per RPC)", "dim"), " ")
-    for _, color, name in SPLIT:
-        head.append(" █", color)
-        head.append(f" {name}")
-    lines = [head, Text(f"{'procedure':<12}{'count':>8}{'slot wait':>10}{'transmit':>9}{'rtt':>8}{'other':>8}"
-                        f"{'execute':>9}{'p99':>9}  split", style="dim")]
-    rows = [(name, p, proc_split(p)) for name, p in by_proc.items()]
+    for part in SPLIT:
+        head.append(" █", SPLIT_STYLES[part.key])
+        head.append(f" {part.label}")
+    columns = "".join(f"{part.column:>8}" for part in SPLIT)
+    lines = [head, Text(f"{'procedure':<12}{'count':>8}{columns}{'execute':>9}{'p99':>9}  split", style="dim")]
+    rows = [(name, p, split(p)) for name, p in by_proc.items()]
     rows.sort(key=lambda x: -(x[2]["execute_ns"] * x[1]["count"] if x[2] else 0))
     scale = max((x[2]["execute_ns"] for x in rows if x[2]), default=0)
-    for name, p, parts in rows[:limit]:
-        if parts is None:
+    for name, p, means in rows[:limit]:
+        if means is None:
             lines.append(Text(f"{name[:12]:<12}{0:>8}  ({p.get('outstanding', 0)} outstanding)"))
             continue
         out = f"  +{p['outstanding']} outstanding" if p.get("outstanding") else ""
-        lines.append(_line(f"{name[:12]:<12}{p['count']:>8,}{ms(parts['slot_wait_ns']):>10}"
-                           f"{ms(parts['transmit_wait_ns']):>9}{ms(parts['rtt_ns']):>8}{ms(parts['other']):>8}"
-                           f"{ms(parts['execute_ns']):>9}{ms(p['p99_ns']):>9}  ", split_bar(parts, scale), out))
+        parts = "".join(f"{ms(means[part.key]):>8}" for part in SPLIT)
+        lines.append(_line(f"{name[:12]:<12}{p['count']:>8,}{parts}{ms(means['execute_ns']):>9}"
+                           f"{ms(p['p99_ns']):>9}  ", split_bar(means, scale), out))
     if len(rows) > limit:
         lines.append(Text(f"+{len(rows) - limit} more: {', '.join(n for n, _, _ in rows[limit:])}", style="dim"))
     return Text("\n").join(lines)
@@ -336,7 +317,7 @@ class FindingsScreen(Screen):
     def text(view: Overview) -> str:
         result = view.analysis
         out = [f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
-               f"[dim]as of the cursor, {secs(view.timeline.cursor_ns)}[/]", ""]
+               f"[dim]as of the cursor, {seconds(view.timeline.cursor_ns, 1, unit=True)}[/]", ""]
         for f in result["findings"]:
             lines = finding_lines(f)
             out.append(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{escape(lines[0])}[/]")
@@ -356,6 +337,9 @@ class FindingsScreen(Screen):
 
 
 # ---- drill-down ----
+
+RPC_COLUMNS = ("procedure", "count", "bytes", *(part.column for part in SPLIT), "execute", "p99")
+
 
 class RankScreen(Screen):
     """Drill-down: one rank's syscalls, RPCs per procedure, files, and what it is blocked in,
@@ -403,12 +387,13 @@ class RankScreen(Screen):
             f"{escape(r['comm'] or '?')} · written {size(r['bytes_written'])} in "
             f"{row.extras.write_calls} writes · {r['write_rpcs'] if r['write_rpcs'] is not None else '-'} "
             f"WRITE RPCs of {size(r['mean_rpc_bytes'])} · p99 {ms(row.extras.p99_ns)} ms · "
-            f"blocked {secs(r['blocked_ns'], 2)} · slot wait {secs(r['slot_wait_ns'], 2)}   "
+            f"blocked {seconds(r['blocked_ns'], unit=True)} · slot wait {seconds(r['slot_wait_ns'], unit=True)}   "
             f"[dim](escape: back)[/]")
         blocked = detail.blocked if detail else []
         if blocked:
             text = "[b red]blocked now:[/] " + "; ".join(
-                f"tid {b.tid} in {escape(b.syscall)} for {secs(b.age_ns)} on {escape(b.path or '?')}"
+                f"tid {b.tid} in {escape(b.syscall)} for {seconds(b.age_ns, 1, unit=True)} "
+                f"on {escape(b.path or '?')}"
                 + (" (snapshot)" if b.source == "snapshot" else "") for b in blocked[:4])
         else:
             slow = row.extras.slowest_recent
@@ -427,15 +412,15 @@ class RankScreen(Screen):
             how = ", ".join(f"{n} {k}" for k, n in sorted(detail.attribution.items()))
             title.update(f"[b]RPCs[/] [dim](ms per RPC; attributed: {how or 'none'})[/]")
             for name, p in sorted(detail.by_proc.items(), key=lambda kv: -kv[1].get("execute_ns", 0)):
-                parts = proc_split(p)
-                if parts is None:
-                    rpc_rows.append((name, "0", "", f"{p.get('outstanding', 0)} outstanding", "", "", "", ""))
+                means = split(p)
+                if means is None:
+                    rpc_rows.append((name, "0", "", f"{p.get('outstanding', 0)} outstanding")
+                                    + ("",) * (len(RPC_COLUMNS) - 4))
                     continue
-                rpc_rows.append((name, f"{p['count']:,}", size(p["bytes"]), ms(parts["slot_wait_ns"]),
-                                 ms(parts["transmit_wait_ns"]), ms(parts["rtt_ns"]), ms(parts["execute_ns"]),
+                rpc_rows.append((name, f"{p['count']:,}", size(p["bytes"]),
+                                 *(ms(means[part.key]) for part in SPLIT), ms(means["execute_ns"]),
                                  ms(p["p99_ns"])))
-        self.fill(self.query_one("#rpcs", DataTable),
-                  ("procedure", "count", "bytes", "slot wait", "transmit", "rtt", "execute", "p99"), rpc_rows)
+        self.fill(self.query_one("#rpcs", DataTable), RPC_COLUMNS, rpc_rows)
         self.fill(self.query_one("#files", DataTable), ("file", "written", "calls", "total ms", "max ms"), [
             (f.path, size(f.bytes), f"{f.calls:,}", ms(f.total_ns), ms(f.max_ns))
             for f in (detail.files if detail else [])])

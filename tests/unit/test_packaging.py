@@ -59,7 +59,8 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_contains_code_and_package_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("slotscope/bpf/syscalls.c", "slotscope/bpf/__init__.py", "slotscope/cli/main.py",
-                   "slotscope/agent/layouts.py", "slotscope/capture/reader.py", "slotscope/tui/__init__.py"):
+                   "slotscope/agent/layouts.py", "slotscope/capture/reader.py", "slotscope/tui/__init__.py",
+                   "slotscope/analyzer/report.css"):
         assert needed in names, needed
     assert {n.split("/")[0] for n in names if not n.startswith("slotscope-")} == {"slotscope"}, \
         "only the slotscope namespace may land in site-packages (no top-level agent/, tui/...)"

@@ -138,3 +138,14 @@ def test_cli_json_and_text(one_node):
     assert text.stdout.splitlines()[0] == "verdict: healthy"
     assert "7 events lost" in text.stdout
     assert render_text(result) == text.stdout.rstrip("\n")
+
+
+def test_a_ranks_syscalls_are_listed_in_the_vocabularys_order():
+    """Each rank's syscalls in the order of capture/syscalls.py OPS, whatever order the grouping
+    gave them: analyze --json on one capture is the same text every run (it was not)."""
+    from slotscope.capture.syscalls import OP_NUMBER
+    from unit_helpers import REPO
+    ranks = rank_table(Job.open([str(REPO / "analyzer" / "sample")]))
+    orders = [list(r["syscalls"]) for r in ranks]
+    assert any(len(o) > 3 for o in orders)
+    assert all(o == sorted(o, key=OP_NUMBER.__getitem__) for o in orders), orders

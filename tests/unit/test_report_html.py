@@ -177,8 +177,8 @@ def test_sample_report_has_five_svg_plots_and_no_external_urls(sample_report):
 def test_sample_time_plots_share_one_utc_axis_around_the_save(sample_report):
     result, _, page = sample_report
     lo, hi = assert_shared_time_axis(page)
-    from slotscope.analyzer.report_html import _iso_ns
-    start, end = _iso_ns(result["window"]["start"]), _iso_ns(result["window"]["end"])
+    from slotscope.analyzer.job import utc_ns
+    start, end = utc_ns(result["window"]["start"]), utc_ns(result["window"]["end"])
     assert lo < start < end < hi
     assert (hi - lo) < 1.2 * (end - start)     # the save fills the axis
 

@@ -118,3 +118,16 @@ def test_a_capture_with_the_old_files_table_still_reads(tmp_path, build_capture)
     assert res.returncode == 0 and '"bytes_written": 4096' in res.stdout, res.stderr
     res = run_slotscope("dump", path, "-t", "files", "-O", "csv")
     assert res.returncode == 0 and "/mnt/ckpt/shard" in res.stdout, res.stderr
+
+
+def test_the_drain_is_one_loop_over_the_streams():
+    """No branch per ring or table in the recorder's drain: it names none of them (they are the
+    probe groups' Stream declarations), and each stream's rings are its group's own."""
+    import ast
+    from slotscope.agent.layouts import RINGS
+    tree = ast.parse((REPO / "agent" / "recorder.py").read_text())
+    [drain] = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "_drain"]
+    named = {n.value for n in ast.walk(drain) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert named & (set(RINGS) | set(TABLES)) == set()
+    for g in GROUPS:
+        assert {r for s in g.streams for r in s.rings} == set(g.rings), g.name

@@ -47,6 +47,10 @@ def _reusable(out, args):
             and (not spec["agent"] or (out / "capture" / "meta.json").exists()))
 
 
+# Each scenario this session used: (name, results directory, reused), for the time summary.
+RUNS: list[tuple[str, Path, bool]] = []
+
+
 def scenario(tmp_path_factory, name, *args):
     """Run one scenario (or reuse a stored run, see above); returns its results directory."""
     args = [str(a) for a in args]
@@ -54,6 +58,7 @@ def scenario(tmp_path_factory, name, *args):
     if keep:
         out = Path(keep) / name
         if _reusable(out, args):
+            RUNS.append((name, out, True))
             return out
         if out.exists():
             if not (out / "scenario.json").exists() and not (out / "console.log").exists():
@@ -63,8 +68,33 @@ def scenario(tmp_path_factory, name, *args):
         out = tmp_path_factory.mktemp(name) / "s"
     p = subprocess.run([sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), *args],
                        capture_output=True, text=True, timeout=1500, check=False)
+    RUNS.append((name, out, False))
     assert p.returncode == 0, p.stderr
     return out
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The VM tier's time, per scenario run: the VM as a whole on the host's clock, and within
+    it the guest's boot and steps (on the guest's clock: the instruction clock with --icount)."""
+    if not RUNS:
+        return
+    w = terminalreporter
+    w.section("VM scenario times (s)")
+    w.line(f"{'scenario':<22} {'clock':<14} {'vm':>6} {'boot':>5} {'install':>7} {'agent':>6} {'writers':>7} {'stop':>5}")
+    total = 0.0
+    for name, out, reused in RUNS:
+        try:
+            rec = json.loads((out / "scenario.json").read_text())
+        except (OSError, ValueError):
+            w.line(f"{name:<22} (no scenario.json)")
+            continue
+        steps = rec.get("guest_step_seconds", {})
+        vm = rec["host_seconds"]["vm"]
+        total += 0 if reused else vm
+        w.line(f"{name:<22} {rec.get('clock', 'wall'):<14} {vm:>6.0f} {rec.get('boot_seconds', 0):>5.0f} "
+               f"{steps.get('install_project', 0):>7.0f} {steps.get('agent_start', 0):>6.0f} "
+               f"{steps.get('writers', 0):>7.0f} {steps.get('agent_stop', 0):>5.0f}" + ("  (reused)" if reused else ""))
+    w.line(f"{len(RUNS)} scenario runs, {total:.0f} s of VMs booted this session")
 
 
 # --- the scenarios (options and what each shows: vmrig/scenarios.py), one VM run each

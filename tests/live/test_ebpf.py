@@ -1,0 +1,30 @@
+"""`record --ebpf` and `doctor --ebpf` print the program the agent would load, as BCC's tools do:
+the text stands alone (the -D flags as #defines) and compiles and attaches as it is."""
+import pytest
+
+from livehelp import slotscope
+
+pytestmark = pytest.mark.live
+
+
+def test_record_ebpf_prints_a_program_that_loads_as_printed(bpf_ready):
+    res = slotscope("record", "--ebpf", "--pid", "1")
+    assert res.returncode == 0, res.stderr
+    text = res.stdout
+    assert "#define FILTER_TGIDS 1" in text and "#define SYSCALLS_GROUP 1" in text
+    from bcc import BPF
+    bpf = BPF(text=text.encode())       # no cflags: everything is in the text
+    try:
+        assert bpf.num_open_tracepoints() > 10      # sys_enter_/sys_exit_* of the traced calls
+    finally:
+        bpf.cleanup()
+
+
+def test_the_filters_shape_the_printed_program(bpf_ready):
+    """Without --pid, --cgroup or a command nothing is filtered by process: no FILTER_ define."""
+    plain = slotscope("record", "--ebpf").stdout
+    cgroup = slotscope("record", "--ebpf", "--cgroup", "/sys/fs/cgroup").stdout
+    assert "#define FILTER_" not in plain
+    assert "#define FILTER_CGROUP 1" in cgroup and "#define FILTER_TGIDS" not in cgroup
+    doctor = slotscope("doctor", "--ebpf")
+    assert doctor.returncode == 0 and "#define SYSCALLS_GROUP 1" in doctor.stdout
