@@ -362,7 +362,7 @@ EXIT(close_range)
 
 /* ---- process lifecycle: ancestry for rank inheritance and --pid/-- COMMAND ---- */
 
-static __always_inline void emit_proc(u32 kind, u32 tid, u64 clone_flags)
+static __always_inline void emit_proc(u32 kind, u32 tid, u64 clone_flags, int urgent)
 {
     struct proc_event *p = proc_ring.ringbuf_reserve(sizeof(struct proc_event));
     if (!p) {
@@ -376,7 +376,7 @@ static __always_inline void emit_proc(u32 kind, u32 tid, u64 clone_flags)
     p->tgid = id >> 32;
     p->ptid = id;
     p->kind = kind;
-    proc_ring.ringbuf_submit(p, wake_flags(PROC_RING_ID, PROC_RING_WAKE, kind == PROC_EXEC));
+    proc_ring.ringbuf_submit(p, wake_flags(PROC_RING_ID, PROC_RING_WAKE, urgent));
 }
 
 TRACEPOINT_PROBE(task, task_newtask)
@@ -390,13 +390,15 @@ TRACEPOINT_PROBE(task, task_newtask)
         traced_tgids.update(&child, &one);
     }
 #endif
-    emit_proc(PROC_NEWTASK, args->pid, args->clone_flags);
+    emit_proc(PROC_NEWTASK, args->pid, args->clone_flags, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exec)
 {
-    emit_proc(PROC_EXEC, args->pid, 0);
+    /* Urgent (a forced wakeup) only for a process that is traced: with --pid or --cgroup, the
+     * other programs a busy machine starts must not wake the agent. */
+    emit_proc(PROC_EXEC, args->pid, 0, wanted(bpf_get_current_pid_tgid()));
     return 0;
 }
 
@@ -409,6 +411,6 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     u32 tgid = id >> 32;
     traced_tgids.delete(&tgid);
 #endif
-    emit_proc(PROC_EXIT, (u32)id, 0);
+    emit_proc(PROC_EXIT, (u32)id, 0, 0);
     return 0;
 }

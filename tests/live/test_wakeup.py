@@ -53,3 +53,17 @@ def test_an_exec_wakes_it(child, loaded):
     assert ask(child, "exec") == "done"           # a traced descendant: its identity cannot wait
     assert loaded.asked(30.0)
     assert PROC_EXEC in loaded.read_batch()["proc_ring"]["kind"].tolist()
+
+
+def test_untraced_programs_do_not_wake_an_agent_that_filters(child, loaded):
+    """With --pid (here the child alone), the programs other processes start are no reason to
+    drain early: only a traced process's exec is urgent. A loop of execs runs beside the wait
+    (on a busy machine they come all the time: this test flaked when they woke the agent)."""
+    import subprocess
+    loop = subprocess.Popen(["sh", "-c", "while :; do /bin/true; done"])
+    try:
+        assert not loaded.wait(0.5)
+        assert PROC_EXEC in loaded.read_batch()["proc_ring"]["kind"].tolist()   # recorded, not urgent
+    finally:
+        loop.kill()
+        loop.wait()
