@@ -455,14 +455,6 @@ class Loaded:
             out[name] = {"run_cnt": int(fields.get(b"run_cnt", 0)), "run_ns": int(fields.get(b"run_time_ns", 0))}
         return out
 
-    def bpf_runtime(self) -> dict[str, int | None]:
-        """Kernel time spent in all our programs (None without bpf_stats)."""
-        progs = self.program_runtime()
-        if not progs:
-            return {"bpf_run_ns": None, "bpf_run_cnt": None}
-        return {"bpf_run_ns": sum(p["run_ns"] for p in progs.values()),
-                "bpf_run_cnt": sum(p["run_cnt"] for p in progs.values())}
-
     def close(self) -> None:
         if self._stats_was is not None:
             _write_sysctl(BPF_STATS, self._stats_was)

@@ -34,6 +34,7 @@ BLOCKED_MIN_NS = 1_000_000_000   # a syscall in progress this long is 'blocked' 
 STATUS_EVERY = 5.0
 # The tables the recorder writes itself; the probe groups' streams and the samplers write the rest.
 OWN_TABLES = ("procs", "blocked", "loss", "agent")
+NUMBER = "{n}"          # in -o: the number of the capture, for a recording of several (SIGUSR1)
 
 
 class RecordError(Exception):
@@ -67,16 +68,16 @@ def _monotonic_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def _refuse_traced_output(opts: RecordOptions, file_filter: FileFilter) -> None:
+def _refuse_traced_output(output: str, file_filter: FileFilter) -> None:
     """Never write the capture onto an NFS mount being traced: it would trace itself
     and could hang on the very server it diagnoses."""
-    target = os.path.abspath(opts.output)
+    target = os.path.abspath(output)
     probe = target
     while not os.path.lexists(probe):
         probe = os.path.dirname(probe)
     mount = MountTable.read().find(os.path.realpath(probe))
     if mount and mount.is_nfs and file_filter.matches(target + "/meta.json", mount.fstype):
-        raise RecordError(f"{opts.output} is on the NFS mount {mount.mountpoint} that is being traced; "
+        raise RecordError(f"{output} is on the NFS mount {mount.mountpoint} that is being traced; "
                           f"write the capture to a local disk")
 
 
@@ -144,24 +145,36 @@ class HeldCommand:
 
 
 class Recorder:
-    """open() the probes and the capture, loop() draining them until a stop, finish() the
-    capture whatever happened; run() is the three."""
+    """open() the probes and the first capture, loop() draining them until a stop, finish() the
+    capture whatever happened; run() is the three. With {n} in the output path, SIGUSR1 ends
+    the capture and starts the next (numbered from 1) with the programs already loaded: a new
+    capture as if a new agent had started, without compiling the programs again."""
 
     def __init__(self, opts: RecordOptions, argv: list[str]):
         self.opts = opts
         self.argv = argv
+        self.number = 1                        # of the capture being written
         self.stop_reason: str | None = None
-        self.events = 0
-        self.rows = 0
+        self.next_requested = False
         self.stopped: dict | None = None       # the clock pair at the stop, before the probes detach
         self._loss_seen = dict.fromkeys(LOSS_COUNTERS, 0)
         self._last_stats = self._last_status = self._last_agent = time.monotonic()
-        self._status_events = 0
 
     now_ns = staticmethod(_monotonic_ns)       # for the streams' builders (probes.Stream)
 
+    def path(self, number: int) -> str:
+        return self.opts.output.replace(NUMBER, str(number))
+
+    @property
+    def output(self) -> str:
+        """The directory of the capture being written."""
+        return self.path(self.number)
+
     def _on_signal(self, signum, _frame):
         self.stop_reason = signal.Signals(signum).name
+
+    def _on_next(self, _signum, _frame):
+        self.next_requested = True
 
     def run(self) -> int:
         self.open()
@@ -181,66 +194,76 @@ class Recorder:
                 proc.wait(timeout=2)   # it got the same Ctrl-C from the terminal, most likely
             if proc.returncode is not None:
                 exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        lost = sum(self._loss_seen.values())
-        self._say(f"stopped ({self.stop_reason}): {self.events} events, {self.rows} rows, "
-                  f"{lost} lost, capture in {self.opts.output}")
+        self._say(f"stopped ({self.stop_reason}): {self._totals_line()}")
         return exit_code
 
     def open(self) -> None:
         """Check the options, hold the traced command, create the capture, load the probes and
         set up what the loop needs; a failure is a RecordError and leaves nothing running."""
         opts = self.opts
-        file_filter = opts.file_filter()
-        groups, skipped = record_groups()
-        _refuse_traced_output(opts, file_filter)
+        self.file_filter = opts.file_filter()
+        groups, self.skipped = record_groups()
         if opts.cgroup and not os.path.isdir(opts.cgroup):
             raise RecordError(f"--cgroup {opts.cgroup}: not a cgroup v2 directory")
         for pid in opts.pids:
             if not os.path.exists(f"/proc/{pid}"):
                 raise RecordError(f"--pid {pid}: no such process")
+        writer = self._create_writer(1)     # before the slow part: a bad -o fails at once
 
         self.proc = proc = HeldCommand(opts.command) if opts.command else None
-        tgids = list(opts.pids) + ([proc.pid] if proc else [])
+        self.tgids = list(opts.pids) + ([proc.pid] if proc else [])
         try:
-            self.writer = writer = CaptureWriter(opts.output, opts.force, opts.group_readable)
-        except CaptureWriteError as exc:
-            if proc:
-                proc.kill()
-            raise RecordError(str(exc)) from None
-        if writer.replaced:
-            self._say(f"--force: replaced the earlier capture in {opts.output} ({writer.replaced} files)")
-        self.meta = meta = start_meta(self.argv, {
-            "paths": list(file_filter.prefixes),
-            "fs": sorted(file_filter.fstypes) if file_filter.fstypes else "any",
-            "pids": opts.pids, "cgroup": opts.cgroup, "command": bool(opts.command),
-        }, {"attached": {}, "skipped": skipped})
-        try:
-            self.loaded, groups = self._load(groups, Filters(tgids=tgids, cgroup=opts.cgroup), skipped)
+            self.loaded, groups = self._load(groups, Filters(tgids=self.tgids, cgroup=opts.cgroup), self.skipped)
         except Exception as exc:
             if proc:
                 proc.kill()
             writer.close()
             raise RecordError(f"loading the syscall probes failed: {exc}") from None
-        loaded = self.loaded
-        meta["probes"]["attached"] = {g.name: (loaded.syscalls if isinstance(g, SyscallProbes) else True)
-                                      for g in groups}
-        writer.write_meta(meta)
+        self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}
         self.streams = [stream for g in groups for stream in g.streams]
+        # A signal ends the drain loop's wait at once: Ctrl-C, SIGTERM, SIGUSR1 (the next
+        # capture) and (SIGCHLD) the end of the traced command. Python writes each to the
+        # pipe, which the wait polls.
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        self.loaded.wake_on(self._wake_r)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_next)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self._start_capture(writer)
 
+    def _create_writer(self, number: int) -> CaptureWriter:
+        path = self.path(number)
+        _refuse_traced_output(path, self.file_filter)
+        try:
+            writer = CaptureWriter(path, self.opts.force, self.opts.group_readable)
+        except CaptureWriteError as exc:
+            raise RecordError(str(exc)) from None
+        if writer.replaced:
+            self._say(f"--force: replaced the earlier capture in {path} ({writer.replaced} files)")
+        return writer
+
+    def _start_capture(self, writer: CaptureWriter) -> None:
+        """Everything one capture holds from its start: its meta, the files and processes
+        learnt afresh (from /proc for those already running), its own counts."""
+        opts, loaded, file_filter = self.opts, self.loaded, self.file_filter
+        self.writer = writer
+        self.meta = meta = start_meta(self.argv, {
+            "paths": list(file_filter.prefixes),
+            "fs": sorted(file_filter.fstypes) if file_filter.fstypes else "any",
+            "pids": opts.pids, "cgroup": opts.cgroup, "command": bool(opts.command),
+        }, {"attached": dict(self.attached), "skipped": dict(self.skipped)})
+        writer.write_meta(meta)
         registry = FileRegistry(file_filter)
         self.identities = Identities()
         self.decoder = Decoder(registry, self.identities, loaded.ignore_fd, nfs_calls="nfs" in loaded.groups)
-        self.decoder.fds.scan_proc(registry, tgids or None)
-        # A signal ends the drain loop's wait at once: Ctrl-C, SIGTERM, and (SIGCHLD) the end
-        # of the traced command. Python writes each to the pipe, which the wait polls.
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        loaded.wake_on(self._wake_r)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.decoder.fds.scan_proc(registry, self.tgids or None)
         self.clients = ClientNames()
         self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
+        self.events = self.rows = self._status_events = 0
+        self._loss_start = dict(self._loss_seen)
+        self._runtime_start = loaded.program_runtime()
 
     def loop(self) -> None:
         """Release the traced command and drain until a stop: a signal, the command's end or
@@ -253,38 +276,77 @@ class Recorder:
         self._drain()
         if proc is not None:
             proc.release()
-        self._say(f"recording to {opts.output} ({len(loaded.syscalls)} syscalls"
-                  f"{', ' + ', '.join(loaded.groups[1:]) if len(loaded.groups) > 1 else ''}"
-                  f"{', command pid %d' % proc.pid if proc else ''}); Ctrl-C to stop")
+        self._say_recording()
         while self.stop_reason is None:
             self._drain()
             if proc is not None and proc.poll() is not None:
                 self.stop_reason = "command exited"
             elif deadline and time.monotonic() >= deadline:
                 self.stop_reason = "duration reached"
+            elif self.next_requested:
+                self._next_capture()
             else:
                 loaded.wait(min(DRAIN_EVERY, deadline - time.monotonic()) if deadline else DRAIN_EVERY)
                 _empty(self._wake_r)
-        self._drain()   # what arrived before the probes go away
+        self._last_rows()
+
+    def _say_recording(self) -> None:
+        loaded, proc = self.loaded, self.proc
+        self._say(f"recording to {self.output} ({len(loaded.syscalls)} syscalls"
+                  f"{', ' + ', '.join(loaded.groups[1:]) if len(loaded.groups) > 1 else ''}"
+                  f"{', command pid %d' % proc.pid if proc else ''}); "
+                  f"{'SIGUSR1 for the next capture, ' if NUMBER in self.opts.output else ''}Ctrl-C to stop")
+
+    def _next_capture(self) -> None:
+        """End this capture as a stop would, and start the next. Its directory is created
+        first: when it cannot be, this capture goes on and the message says why."""
+        self.next_requested = False
+        if NUMBER not in self.opts.output:
+            self._say(f"SIGUSR1 ignored: -o has no {NUMBER} to number a next capture", always=True)
+            return
+        try:
+            writer = self._create_writer(self.number + 1)
+        except RecordError as exc:
+            self._say(f"no next capture: {exc}; still recording to {self.output}", always=True)
+            return
+        self._last_rows()
+        self.meta["probes"]["runtime"] = self._runtime()
+        failure = self._close_capture("SIGUSR1")
+        if failure:
+            writer.close()
+            raise CaptureWriteError(failure)
+        self._say(f"capture {self.number} ended (SIGUSR1): {self._totals_line()}")
+        self.number += 1
+        self.stopped = None
+        self._start_capture(writer)
+        self._say_recording()
+
+    def _last_rows(self) -> None:
+        """The rows that end a capture, taken while the probes are attached."""
+        self._drain()   # what arrived before the stop
         self._write_blocked()
         self._write_agent(time.monotonic())    # the totals, however short the capture
-        self.stopped = clock_pair()            # detaching the probes below takes seconds
+        self.stopped = clock_pair()            # detaching the probes (at the stop) takes seconds
         self.meta["mountstats_stop"] = nfs_mountstats()
-        outstanding = loaded.outstanding_rpcs()
+        outstanding = self.loaded.outstanding_rpcs()
         if outstanding.size:
             self.writer.append("rpc", rpc_table(outstanding, self.clients, _monotonic_ns()))
 
     def finish(self, failure: str | None) -> str | None:
         """Detach the probes, restore the signals, write the last rows and the stop record, close
         the capture; after a write failure, only what can still be said. -> the failure, if any."""
-        writer, meta, loaded = self.writer, self.meta, self.loaded
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         os.close(self._wake_r)
         os.close(self._wake_w)
-        meta["probes"]["runtime"] = loaded.program_runtime()   # what each probe cost, over the capture
-        loaded.close()
+        self.meta["probes"]["runtime"] = self._runtime()   # what each probe cost, over the capture
+        self.loaded.close()
+        return self._close_capture(failure or self.stop_reason, failure)
+
+    def _close_capture(self, reason: str | None, failure: str | None = None) -> str | None:
+        """The capture's last rows that need no probes, its stop record; close it."""
+        writer, meta = self.writer, self.meta
         for name, rows in self.samplers.stop():
             if failure is None:
                 writer.append(name, rows)
@@ -293,14 +355,35 @@ class Recorder:
                 self._flush_identities(final=True)
             self.identities.reader.stop()
             meta["stop"] = self.stopped or clock_pair()
-            meta["stop_reason"] = failure or self.stop_reason
-            meta["totals"] = {"events": self.events, "rows": self.rows,
-                              "lost": self._loss_seen, "unnamed_fd_rows": self.decoder.unnamed}
+            meta["stop_reason"] = reason
+            meta["totals"] = {"events": self.events, "rows": self.rows, "lost": self._lost(),
+                              "unnamed_fd_rows": self.decoder.unnamed}
             writer.write_meta(meta)
         except CaptureWriteError as exc:
             failure = failure or str(exc)
         writer.close()
         return failure
+
+    def _lost(self) -> dict[str, int]:
+        return {name: total - self._loss_start[name] for name, total in self._loss_seen.items()}
+
+    def _runtime(self) -> dict[str, dict[str, int]]:
+        """Each program's runs and run time during this capture (their counters run from the load)."""
+        start = self._runtime_start
+        return {name: {k: v - start.get(name, {}).get(k, 0) for k, v in counts.items()}
+                for name, counts in self.loaded.program_runtime().items()}
+
+    def _bpf_runtime(self) -> dict[str, int | None]:
+        """Kernel time spent in all our programs during this capture (None without bpf_stats)."""
+        progs = self._runtime()
+        if not progs:
+            return {"bpf_run_ns": None, "bpf_run_cnt": None}
+        return {"bpf_run_ns": sum(p["run_ns"] for p in progs.values()),
+                "bpf_run_cnt": sum(p["run_cnt"] for p in progs.values())}
+
+    def _totals_line(self) -> str:
+        return (f"{self.events} events, {self.rows} rows, {sum(self._lost().values())} lost, "
+                f"capture in {self.output}")
 
     @staticmethod
     def _start_samplers(probes: dict) -> dict:
@@ -405,11 +488,11 @@ class Recorder:
         self.writer.append("agent", pa.Table.from_pylist([{
             "ts": ts, "cpu_user_ns": int(ru.ru_utime * 1e9), "cpu_sys_ns": int(ru.ru_stime * 1e9),
             "rss_bytes": rss, "events": self.events, "rows": self.rows,
-            "capture_bytes": self.writer.size_bytes(), **self.loaded.bpf_runtime(),
+            "capture_bytes": self.writer.size_bytes(), **self._bpf_runtime(),
         }], schema=AGENT))
 
-    def _say(self, text: str) -> None:
-        if self.opts.status or text.startswith("recording"):
+    def _say(self, text: str, always: bool = False) -> None:
+        if self.opts.status or always or text.startswith("recording"):
             print(f"slotscope: {text}", file=sys.stderr, flush=True)
 
 

@@ -25,6 +25,9 @@ def _record(args) -> int:
             print(record_ebpf(opts), end="")
             return 0
         if args.tui:
+            if "{n}" in args.output:
+                print("slotscope record: --tui follows one capture; -o cannot have {n}", file=sys.stderr)
+                return 2
             from .record_tui import record_with_tui
             return record_with_tui(opts, sys.argv)
         return record(opts, sys.argv)
@@ -177,7 +180,9 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("record", help="trace and write a capture (root)",
                        description="Trace file syscalls (and NFS/RPC where the kernel has them) into a capture "
                                    "directory. By default only files on NFS mounts are recorded.")
-    r.add_argument("-o", "--output", help="capture directory to create (local disk)")
+    r.add_argument("-o", "--output", metavar="DIR",
+                   help="capture directory to create (local disk); with {n} in it, each SIGUSR1 ends the "
+                        "capture and starts the next, numbered from 1, without loading the probes again")
     r.add_argument("--duration", type=float, help="stop after this many seconds")
     r.add_argument("--path", action="append", default=[], metavar="PREFIX",
                    help="only files under this path (repeatable); implies --fs any unless --fs is given")

@@ -299,3 +299,69 @@ def test_blocked_syscalls_are_snapshotted(tmp_path):
     assert out["verdict"] == "hung_tasks", out["findings"]
     [hung] = [f for f in out["findings"] if f["kind"] == "hung_tasks"]
     assert hung["syscalls"] == ["write"]
+
+
+def test_sigusr1_ends_the_capture_and_starts_the_next(tmp_path):
+    """-o with {n}: each SIGUSR1 ends a capture and starts the next with the programs already
+    loaded. Each capture is whole on its own: its own meta and stop reason, and exactly the
+    writes made while it was recording, to the file opened before it started as well."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    agent = start_slotscope("record", "-o", str(tmp_path / "cap-{n}"), "--path", str(ckpt), "-q")
+    counts = []
+    try:
+        wait_recording(agent)
+        code = ("import os,sys\n"
+                "fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT|os.O_APPEND,0o600)\n"
+                "for line in sys.stdin:\n"
+                "    for _ in range(int(line)): os.write(fd,b'x')\n"
+                "    print('done',flush=True)\n")
+        writer = subprocess.Popen([sys.executable, "-c", code, str(ckpt / "f.bin")],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for n in (7, 11, 13):
+            writer.stdin.write(f"{n}\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline().strip() == "done"
+            counts.append(n)
+            agent.send_signal(signal.SIGUSR1 if n != 13 else signal.SIGINT)
+            if n != 13:
+                wait_recording(agent)
+        writer.stdin.close()
+        writer.wait()
+        assert agent.wait(60) == 0, agent.stderr.read()
+    finally:
+        agent.kill()
+    for number, (n, reason) in enumerate(zip(counts, ("SIGUSR1", "SIGUSR1", "SIGINT")), 1):
+        cap = Capture.open(str(tmp_path / f"cap-{number}"))
+        assert cap.meta["stop_reason"] == reason
+        writes = [r for r in cap.read("syscall").to_pylist() if r["syscall"] == "write"]
+        assert len(writes) == n, number
+        assert {r["path"] for r in writes} == {str(ckpt / "f.bin")}
+    assert not (tmp_path / "cap-4").exists()
+
+
+def test_sigusr1_without_a_number_is_ignored(tmp_path):
+    agent = start_slotscope("record", "-o", str(tmp_path / "cap"), "--path", str(tmp_path), "-q")
+    wait_recording(agent)
+    agent.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    assert agent.poll() is None
+    agent.send_signal(signal.SIGINT)
+    assert agent.wait(60) == 0
+    assert "SIGUSR1 ignored: -o has no {n}" in agent.stderr.read()
+    assert Capture.open(str(tmp_path / "cap")).meta["stop_reason"] == "SIGINT"
+
+
+def test_a_next_capture_that_cannot_be_created_keeps_the_current_one(tmp_path):
+    (tmp_path / "cap-2").mkdir()
+    (tmp_path / "cap-2" / "notes.txt").write_text("someone's file")
+    agent = start_slotscope("record", "-o", str(tmp_path / "cap-{n}"), "--path", str(tmp_path), "-q")
+    wait_recording(agent)
+    agent.send_signal(signal.SIGUSR1)
+    time.sleep(1.5)
+    assert agent.poll() is None
+    agent.send_signal(signal.SIGINT)
+    assert agent.wait(60) == 0
+    assert f"no next capture: {tmp_path}/cap-2" in agent.stderr.read()
+    assert Capture.open(str(tmp_path / "cap-1")).meta["stop_reason"] == "SIGINT"
+    assert os.listdir(tmp_path / "cap-2") == ["notes.txt"]
