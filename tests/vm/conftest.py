@@ -1,8 +1,10 @@
 """Fixtures for the VM tier: the image is built (or found in the cache) once per session,
 and so is each named scenario, so every test file can use the same runs.
 
-Each scenario fixture returns the results directory of one `run-scenario` (see
-README.md, "Reading the results"): scenario.json, mountstats.*, capture/, ...
+Each scenario fixture returns the results directory of one scenario (see README.md,
+"Reading the results"): scenario.json, mountstats.*, capture/, ... The first test that
+needs a scenario runs it together with every other scenario the collected tests need on
+the same kernel and clock, in shared boots (README.md, "The plan").
 
 SLOTSCOPE_VM_RESULTS=DIR keeps the results in DIR/<scenario name> and reuses a stored
 run whose options and checkout sources (agent, bpf, guest scripts: `source_key` in
@@ -12,7 +14,6 @@ differs is replaced. Without it, runs go to pytest's temporary directory.
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 VM_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(VM_DIR))
 from vmrig.image import ensure_image  # noqa: E402
-from vmrig.scenario import expected_bytes, parser, source_key, spec_of  # noqa: E402
+from vmrig.scenario import expected_bytes, parser, run_many, source_key, spec_of  # noqa: E402
 from vmrig.scenarios import NAMED  # noqa: E402
 
 
@@ -35,78 +36,123 @@ def vm_image():
     return ensure_image()
 
 
-def _reusable(out, args):
+def _reusable(out, spec):
     """A stored, successful run of the same options made from the same sources."""
+    rec = _read_json(out / "scenario.json")
+    return bool(rec and rec.get("spec") == spec and rec.get("source_key") == source_key()
+                and rec.get("server_bytes") == expected_bytes(spec) and not (out / "error.txt").exists()
+                and (not spec["agent"] or (out / "capture" / "meta.json").exists()))
+
+
+def _read_json(path):
     try:
-        rec = json.loads((out / "scenario.json").read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
-    spec = spec_of(parser().parse_args(["--out", str(out), *args]))
-    return (rec.get("spec") == spec and rec.get("source_key") == source_key()
-            and rec.get("server_bytes") == expected_bytes(spec) and not (out / "error.txt").exists()
-            and (not spec["agent"] or (out / "capture" / "meta.json").exists()))
+        return None
 
 
-# Each scenario this session used: (name, results directory, reused), for the time summary.
+# Each scenario this session used: (label, results directory, reused), for the time summary.
 RUNS: list[tuple[str, Path, bool]] = []
+# (scenario, kernel) -> its results directory, or the failure; and those the collected tests use.
+RESULTS: dict[tuple[str, str], Path | Exception] = {}
+NEEDED: set[tuple[str, str]] = set()
 
 
-def scenario(tmp_path_factory, name, *args):
-    """Run one scenario (or reuse a stored run, see above); returns its results directory."""
-    args = [str(a) for a in args]
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        for name in item.fixturenames:
+            if name in NAMED:
+                NEEDED.add((name, params.get(name, "6.1")))
+
+
+def _label(name, kernel):
+    return name if kernel == "6.1" else f"{name}-{kernel}"   # 6.1: the rig's default
+
+
+def _spec(name, out):
+    return spec_of(parser().parse_args(["--out", str(out), *NAMED[name]]))
+
+
+def _run_boots(key, tmp_path_factory):
+    """Run the scenario `key` and every other one the session needs on its kernel and clock, in
+    the order of NAMED, in shared boots (vmrig.scenario.run_many); stored runs are reused (see
+    above)."""
+    name, kernel = key
+    icount = _icount(name)
+    names = [n for n in NAMED if ((n, kernel) in NEEDED or (n, kernel) == key)
+             and (n, kernel) not in RESULTS and _icount(n) == icount]
     keep = os.environ.get("SLOTSCOPE_VM_RESULTS")
-    if keep:
-        out = Path(keep) / name
-        if _reusable(out, args):
-            RUNS.append((name, out, True))
-            return out
+    root = Path(keep) if keep else tmp_path_factory.mktemp("vm")
+    todo = []
+    for n in names:
+        out = root / _label(n, kernel)
+        spec = _spec(n, out)
+        if keep and _reusable(out, spec):
+            RUNS.append((_label(n, kernel), out, True))
+            RESULTS[(n, kernel)] = out
+            continue
         if out.exists():
             if not (out / "scenario.json").exists() and not (out / "console.log").exists():
                 pytest.fail(f"{out} exists and does not look like scenario results: not replacing it")
             shutil.rmtree(out)
-    else:
-        out = tmp_path_factory.mktemp(name) / "s"
-    p = subprocess.run([sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), *args],
-                       capture_output=True, text=True, timeout=1500, check=False)
-    RUNS.append((name, out, False))
-    assert p.returncode == 0, p.stderr
-    return out
+        todo.append((_label(n, kernel), spec, out))
+    if todo:
+        done = run_many(todo, kernel, icount)
+        for n in names:
+            label = _label(n, kernel)
+            if label in done:
+                RUNS.append((label, root / label, False))
+                RESULTS[(n, kernel)] = done[label] if isinstance(done[label], Exception) else root / label
+
+
+def _icount(name):
+    return parser().parse_args(["--out", "x", *NAMED[name]]).icount
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The VM tier's time, per scenario run: the VM as a whole on the host's clock, and within
-    it the guest's boot and steps (on the guest's clock: the instruction clock with --icount)."""
+    """The VM tier's time: each boot on the host's clock, and within it the guest's boot and
+    install and each scenario's steps (on the guest's clock: the instruction clock with --icount)."""
     if not RUNS:
         return
     w = terminalreporter
     w.section("VM scenario times (s)")
-    w.line(f"{'scenario':<22} {'clock':<14} {'vm':>6} {'boot':>5} {'install':>7} {'agent':>6} {'writers':>7} {'stop':>5}")
-    total = 0.0
-    for name, out, reused in RUNS:
-        try:
-            rec = json.loads((out / "scenario.json").read_text())
-        except (OSError, ValueError):
-            w.line(f"{name:<22} (no scenario.json)")
+    w.line(f"{'scenario':<22} {'clock':<14} {'boot id':<28} {'reset':>5} {'agent':>6} {'writers':>7} {'stop':>5}")
+    boots = {}
+    for label, out, reused in RUNS:
+        rec = _read_json(out / "scenario.json")
+        if rec is None:
+            w.line(f"{label:<22} (no scenario.json)")
             continue
-        steps = rec.get("guest_step_seconds", {})
-        vm = rec["host_seconds"]["vm"]
-        total += 0 if reused else vm
-        w.line(f"{name:<22} {rec.get('clock', 'wall'):<14} {vm:>6.0f} {rec.get('boot_seconds', 0):>5.0f} "
-               f"{steps.get('install_project', 0):>7.0f} {steps.get('agent_start', 0):>6.0f} "
+        steps, boot = rec.get("guest_step_seconds", {}), rec.get("boot", {})
+        if not reused:
+            boots[boot.get("id")] = boot
+        w.line(f"{label:<22} {rec.get('clock', 'wall'):<14} {boot.get('id', '?'):<28} "
+               f"{steps.get('reset', 0):>5.0f} {steps.get('agent_start', 0):>6.0f} "
                f"{steps.get('writers', 0):>7.0f} {steps.get('agent_stop', 0):>5.0f}" + ("  (reused)" if reused else ""))
-    w.line(f"{len(RUNS)} scenario runs, {total:.0f} s of VMs booted this session")
+    for bid, boot in boots.items():
+        steps = boot.get("guest_step_seconds", {})
+        w.line(f"boot {bid}: VM {boot.get('vm_seconds', 0):.0f} s, guest boot {boot.get('boot_seconds', 0):.0f} s, "
+               f"install {steps.get('install_project', 0):.0f} s, {len(boot.get('scenarios', []))} scenarios")
+    total = sum(b.get("vm_seconds", 0) for b in boots.values())
+    w.line(f"{len(RUNS)} scenario runs in {len(boots)} boots, {total:.0f} s of VMs booted this session")
 
 
-# --- the scenarios (options and what each shows: vmrig/scenarios.py), one VM run each
+# --- the scenarios (options and what each shows: vmrig/scenarios.py); scenarios on one kernel
+# and clock share boots
 
 def _named(name, kernels=("6.1",)):
-    """A session fixture running the named scenario once per kernel (tests using it run on each)."""
+    """A session fixture giving the named scenario's results, once per kernel (tests using it
+    run on each)."""
     @pytest.fixture(scope="session", name=name, params=kernels)
     def fixture(request, vm_image, tmp_path_factory):
-        kernel = request.param
-        if kernel == "6.1":            # the rig's default
-            return scenario(tmp_path_factory, name, *NAMED[name])
-        return scenario(tmp_path_factory, f"{name}-{kernel}", *NAMED[name], "--kernel", kernel)
+        key = (name, request.param)
+        if key not in RESULTS:
+            _run_boots(key, tmp_path_factory)
+        result = RESULTS[key]
+        if isinstance(result, Exception):
+            pytest.fail(str(result))
+        return result
     fixture.__doc__ = f"Results directory of the {name!r} scenario, on kernels {', '.join(kernels)}."
     return fixture
 

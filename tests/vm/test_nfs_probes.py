@@ -35,13 +35,29 @@ def test_per_procedure_totals_match_mountstats(mixed):
     """Counts and summed backlog, RTT and execute per procedure agree with the
     /proc/self/mountstats delta within 1% (the kernel prints ms, the tracepoint µs), and
     so do the bytes the WRITEs carried (mountstats' server write bytes)."""
-    before = mountstats.parse((mixed / "mountstats.before").read_text())
-    after = mountstats.parse((mixed / "mountstats.after").read_text())
+    assert {"WRITE", "COMMIT"} <= match_mountstats(mixed)
+    io = json.loads(subprocess.run([sys.executable, "-m", "slotscope.cli", "dump", str(mixed / "capture"),
+                                    "-t", "nfs_io", "-O", "json"], capture_output=True, text=True,
+                                   check=True).stdout.splitlines()[0])
+    assert io["kind"] in ("write_start", "write_done", "commit_start", "commit_done")
+
+
+def test_totals_match_mountstats_after_a_reset(nconnect):
+    """The same agreement on a scenario that shares its boot with earlier ones (the agent's
+    third capture, the third mount): the reset between scenarios leaves nothing behind."""
+    rec = json.loads((nconnect / "scenario.json").read_text())
+    assert rec["boot"]["scenarios"].index("nconnect") > 0, rec["boot"]
+    assert "WRITE" in match_mountstats(nconnect)
+
+
+def match_mountstats(out):
+    """Assert the agreement above on one scenario; -> the procedures it saw."""
+    before = mountstats.parse((out / "mountstats.before").read_text())
+    after = mountstats.parse((out / "mountstats.after").read_text())
     want = {name: {k: v - before["ops"].get(name, {}).get(k, 0) for k, v in c.items()}
             for name, c in after["ops"].items()}
-    got = per_proc(rpc_rows(mixed))
+    got = per_proc(rpc_rows(out))
     active = {name: w for name, w in want.items() if w["ops"] > 0}
-    assert {"WRITE", "COMMIT"} <= set(active), active.keys()
     for name, w in active.items():
         g = got.get(name)
         assert g is not None, f"{name}: {w['ops']} ops in mountstats, none in the capture"
@@ -50,14 +66,11 @@ def test_per_procedure_totals_match_mountstats(mixed):
                              ("execute_us_sum", "execute_ms")):
             ms = g[ours] / 1000
             assert abs(ms - w[theirs]) <= max(0.01 * w[theirs], 1 + w["ops"] / 1000), (name, ours, ms, w[theirs])
-    rpc = rpc_rows(mixed)
+    rpc = rpc_rows(out)
     sent = pc.sum(rpc.filter(pc.and_(pc.equal(rpc["procname"], "WRITE"), pc.equal(rpc["complete"], 1)))["io_count"])
     server_written = after["bytes"]["server_write"] - before["bytes"]["server_write"]
     assert server_written > 0 and abs(sent.as_py() - server_written) <= 0.01 * server_written
-    io = json.loads(subprocess.run([sys.executable, "-m", "slotscope.cli", "dump", str(mixed / "capture"),
-                                    "-t", "nfs_io", "-O", "json"], capture_output=True, text=True,
-                                   check=True).stdout.splitlines()[0])
-    assert io["kind"] in ("write_start", "write_done", "commit_start", "commit_done")
+    return set(active)
 
 
 def test_saturated_slot_table_shows_in_the_rpc_rows(saturated):

@@ -1,10 +1,17 @@
-"""Runs inside the VM: one NFS scenario described by /job/spec.json.
+"""Runs inside the VM: the NFS scenarios listed in /job/specs.json, one after the other.
 
 Topology: the NFS server in the initial network namespace (veth0, 10.0.0.1), the
 client in namespace "cli" (veth1, 10.0.0.2), tc shaping on both ends. Mount, agent,
 writers and the before/after readings all run in the client's network namespace;
 they share the initial mount namespace, where the mount lives.
-Results go to /job/out; a failure leaves its message in /job/out/error.txt.
+
+Once per boot: the project's install, the link, the server and the agent (whose BCC
+compile is the longest step under TCG: it records one capture per scenario, SIGUSR1
+starting the next). Between scenarios everything a scenario sets is reset (reset()):
+the mount, the exported files, the sysctls, the shaping, the server's threads, the
+kernel log. Each scenario's results go to /job/out/<name>, a failure's message to its
+error.txt; /job/out/progress says which scenario runs (the host's watchdog reads it),
+/job/out/boot.json what the boot's own steps took.
 """
 
 import json
@@ -19,7 +26,8 @@ import time
 from pathlib import Path
 
 JOB = Path("/job")
-OUT = JOB / "out"
+RESULTS = JOB / "out"
+OUT = RESULTS   # the running scenario's results directory (main() sets it)
 SRC = Path("/src")
 VENV_PY = "/opt/slotscope-venv/bin/python"
 SERVER, CLIENT = "10.0.0.1", "10.0.0.2"
@@ -28,6 +36,7 @@ EXPORT = Path("/export")
 MNT = "/mnt/nfs"
 CKPT = "ckpt"
 CAPTURE = Path("/var/tmp/capture")  # local disk: never onto the traced mount
+CAPTURES = "/var/tmp/capture-{n}"  # the boot's agent: one capture per scenario, and one between each two
 T0 = time.monotonic()
 timings = {}
 
@@ -120,7 +129,7 @@ def shape(prefix, dev, spec, change=False):
 
 
 @timed("link")
-def make_link(spec):
+def make_link():
     sh("ip", "netns", "add", "cli")
     sh("ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", "cli")
     sh("ip", "addr", "add", f"{SERVER}/24", "dev", "veth0")
@@ -128,8 +137,13 @@ def make_link(spec):
     sh(*CLI, "ip", "addr", "add", f"{CLIENT}/24", "dev", "veth1")
     sh(*CLI, "ip", "link", "set", "veth1", "up")
     sh(*CLI, "ip", "link", "set", "lo", "up")
-    shape([], "veth0", spec)
-    shape(CLI, "veth1", spec)
+
+
+def shape_link(spec, reset=False):
+    for prefix, dev in (([], "veth0"), (CLI, "veth1")):
+        if reset:
+            sh(*prefix, "tc", "qdisc", "del", "dev", dev, "root")
+        shape(prefix, dev, spec)
 
 
 def set_link_loss(spec, loss_pct):
@@ -152,7 +166,37 @@ def start_server(spec):
     sh("rpcbind", "-w")
     sh("exportfs", "-ra")
     sh("rpc.mountd")
+
+
+# What a scenario may change and reset() puts back: the boot's values, read before the first.
+# dirty_background_ratio comes back last: writing it zeroes dirty_background_bytes.
+TUNABLES = ("/proc/sys/sunrpc/tcp_slot_table_entries", "/proc/sys/sunrpc/tcp_max_slot_table_entries",
+            "/sys/module/nfs/parameters/max_session_slots", "/proc/sys/vm/dirty_background_ratio")
+
+
+def read_tunables():
+    return {path: Path(path).read_text().strip() for path in TUNABLES}
+
+
+def configure(spec):
+    """What the scenario sets before its mount: slot limits, writeback, shaping, server threads."""
+    set_slots(spec)
+    if spec.get("dirty_background_bytes"):
+        Path("/proc/sys/vm/dirty_background_bytes").write_text(str(spec["dirty_background_bytes"]))
     sh("rpc.nfsd", str(spec["nfsd_threads"]))
+
+
+@timed("reset")
+def reset(tunables):
+    """Undo what the scenario before did, so that the next starts as on a fresh boot: its
+    mount (a new one gets new counters and a new transport, which takes the slot limit
+    then in force), its files on the server, the sysctls, the kernel log."""
+    sh(*CLI, "umount", MNT, timeout=60)
+    for f in (EXPORT / CKPT).iterdir():
+        shutil.rmtree(f) if f.is_dir() else f.unlink()
+    for path, value in tunables.items():
+        Path(path).write_text(value)
+    sh("dmesg", "--clear")
 
 
 def mount_options(spec):
@@ -217,36 +261,59 @@ def exit_status(rc):
 
 
 class Agent:
-    """`slotscope record` in the client namespace; ready once it says "recording"."""
+    """`slotscope record` in the client namespace; ready once it says "recording to" the
+    capture wanted. With `path` holding {n}, next() ends the capture and starts the next."""
 
-    def __init__(self, spec):
-        self.log = open(OUT / "agent.log", "w")
-        cmd = [*CLI, "slotscope", "record", "-o", str(CAPTURE), "--fs", "nfs", *spec["agent_args"]]
+    def __init__(self, spec, path=CAPTURE):
+        self.log = open(RESULTS / "agent.log", "w")     # copied into each scenario's results
+        self.path, self.number = str(path), 1
+        cmd = [*CLI, "slotscope", "record", "-o", self.path, "--fs", "nfs", *spec["agent_args"]]
         log(f"agent: {' '.join(cmd)}")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.ready = threading.Event()
+        self.recording = None       # the capture it last said it records to
+        self.said = threading.Condition()
         threading.Thread(target=self._read_output, daemon=True).start()
+
+    @property
+    def capture(self):
+        return Path(self.path.replace("{n}", str(self.number)))
 
     def _read_output(self):
         for line in self.proc.stdout:
             self.log.write(line)
             self.log.flush()
-            if "recording" in line:
-                self.ready.set()
+            if "recording to " in line:
+                with self.said:
+                    self.recording = line.split("recording to ", 1)[1].split(" ", 1)[0]
+                    self.said.notify_all()
 
     def tail(self):
         self.log.flush()
-        return "\n".join((OUT / "agent.log").read_text(errors="replace").splitlines()[-20:])
+        return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-20:])
+
+    def _wait_recording(self, timeout, what):
+        deadline = time.monotonic() + timeout
+        with self.said:
+            while self.recording != str(self.capture):
+                self.said.wait(0.5)
+                if self.proc.poll() is not None:
+                    raise ScenarioError(f"agent {exit_status(self.proc.returncode)} before {what}:\n{self.tail()}")
+                if time.monotonic() > deadline:
+                    self.proc.kill()
+                    raise ScenarioError(f"agent did not say 'recording to {self.capture}' within {timeout} s "
+                                        f"({what}):\n{self.tail()}")
 
     @timed("agent_start")
     def wait_ready(self, timeout):
-        deadline = time.monotonic() + timeout
-        while not self.ready.wait(0.5):
-            if self.proc.poll() is not None:
-                raise ScenarioError(f"agent {exit_status(self.proc.returncode)} before recording:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                raise ScenarioError(f"agent did not print 'recording' within {timeout} s:\n{self.tail()}")
+        self._wait_recording(timeout, "recording")
+
+    def next(self, timeout):
+        """End the capture (returned, complete) and start the next."""
+        done = self.capture
+        self.proc.send_signal(signal.SIGUSR1)
+        self.number += 1
+        self._wait_recording(timeout, f"ending {done}")
+        return done
 
     @timed("agent_stop")
     def stop(self, timeout):
@@ -507,19 +574,13 @@ def compare_agent(spec):
     return rounds
 
 
-def main():
-    spec = json.loads((JOB / "spec.json").read_text())
-    OUT.mkdir(exist_ok=True)
-    result = {"kernel": os.uname().release, "cpus": os.cpu_count(),
-              "boot_seconds": float(Path("/proc/uptime").read_text().split()[0])}
+def run_one(spec, agent):
+    """One scenario on the configured boot, results in OUT; returns the boot's agent (started
+    here if the boot has none yet, None without one)."""
+    result = {"kernel": os.uname().release, "cpus": os.cpu_count()}
     try:
-        install_project()
-        load_modules()
-        set_slots(spec)
-        if spec.get("dirty_background_bytes"):
-            Path("/proc/sys/vm/dirty_background_bytes").write_text(str(spec["dirty_background_bytes"]))
-        make_link(spec)
-        start_server(spec)
+        configure(spec)
+        shape_link(spec, reset=not spec["first"])
         result["mount_options"] = mount(spec)
         result["link_before"] = snapshot("before")
         if spec.get("ftrace"):
@@ -528,14 +589,26 @@ def main():
             result["rounds"] = compare_agent(spec)
             result["ranks"], result["freeze_window_s"] = result["rounds"][-1]["ranks"], None
         else:
-            agent = None
             if spec["agent"]:
-                agent = Agent(spec)
-                agent.wait_ready(spec["agent_start_timeout"])
+                if agent is not None and agent.proc.poll() is not None:
+                    agent = None            # it died in the scenario before: start another
+                if agent is None:
+                    for d in Path(CAPTURES).parent.glob("capture-*"):
+                        shutil.rmtree(d)
+                    agent = Agent(spec, CAPTURES)
+                    agent.wait_ready(spec["agent_start_timeout"])
+                else:       # the capture since the last scenario ends; this one's starts
+                    t = time.monotonic()
+                    shutil.rmtree(agent.next(spec["agent_start_timeout"]))
+                    timings["agent_start"] = round(time.monotonic() - t, 2)
+            capture = agent.capture if agent else None
             result["ranks"], result["freeze_window_s"], result["writers_usage"] = run_writers(spec, agent=agent)
             if agent:
-                agent.stop(spec["agent_stop_timeout"])
-                shutil.copytree(CAPTURE, OUT / "capture")
+                t = time.monotonic()
+                agent.next(spec["agent_stop_timeout"])
+                timings["agent_stop"] = round(time.monotonic() - t, 2)
+                shutil.copytree(capture, OUT / "capture")
+                shutil.rmtree(capture)
         if spec.get("ftrace"):
             ftrace_stop(spec["ftrace"])
         result["link_after"] = snapshot("after")
@@ -544,13 +617,64 @@ def main():
     except (ScenarioError, OSError, subprocess.SubprocessError) as e:
         (OUT / "error.txt").write_text(f"{e}\n")
         log(f"FAILED: {e}")
-        return 1
     finally:
-        result["guest_step_seconds"] = timings
+        result["guest_step_seconds"] = dict(timings)
         (OUT / "guest.json").write_text(json.dumps(result, indent=2) + "\n")
         (OUT / "dmesg.txt").write_text(subprocess.run(["dmesg"], check=False, capture_output=True, text=True).stdout)
-    log("scenario done")
-    return 0
+        if (RESULTS / "agent.log").exists():
+            shutil.copy(RESULTS / "agent.log", OUT / "agent.log")
+    return agent
+
+
+def main():
+    """The boot's steps, then each scenario with a reset before all but the first. A reset
+    that fails ends the boot: the host reruns the scenarios left in a fresh one."""
+    global OUT
+    jobs = json.loads((JOB / "specs.json").read_text())
+    RESULTS.mkdir(exist_ok=True)
+    progress = open(RESULTS / "progress", "a")
+    boot = {"boot_seconds": float(Path("/proc/uptime").read_text().split()[0])}
+    try:
+        install_project()
+        load_modules()
+        tunables = read_tunables()
+        make_link()
+        start_server(jobs[0]["spec"])   # the host gives a boot one export_fs
+    except (ScenarioError, OSError, subprocess.SubprocessError) as e:
+        (RESULTS / "error.txt").write_text(f"{e}\n")
+        log(f"FAILED before the first scenario: {e}")
+        return 1
+    finally:
+        boot["guest_step_seconds"] = dict(timings)
+        (RESULTS / "boot.json").write_text(json.dumps(boot, indent=2) + "\n")
+    agent, rc = None, 0
+    for i, job in enumerate(jobs):
+        timings.clear()
+        progress.write(f"start {job['name']}\n")
+        progress.flush()
+        log(f"scenario {job['name']} ({i + 1} of {len(jobs)})")
+        OUT = RESULTS / job["name"]
+        OUT.mkdir()
+        if i:
+            try:
+                reset(tunables)
+            except (ScenarioError, OSError, subprocess.SubprocessError) as e:
+                (OUT / "error.txt").write_text(f"the reset before this scenario failed: {e}\n")
+                log(f"reset failed, ending the boot: {e}")
+                return 1
+        agent = run_one({**job["spec"], "first": i == 0}, agent)
+        rc = rc or (OUT / "error.txt").exists()
+        progress.write(f"end {job['name']}\n")
+        progress.flush()
+    if agent:
+        OUT = RESULTS
+        try:
+            agent.stop(120)
+        except ScenarioError as e:
+            log(f"the agent's last stop failed: {e}")
+            return 1
+    log("scenarios done")
+    return int(rc)
 
 
 if __name__ == "__main__":

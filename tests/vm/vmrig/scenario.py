@@ -9,6 +9,7 @@ import hashlib
 import json
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -101,7 +102,9 @@ def parser():
     ap.add_argument("--agent-stop-timeout", type=float, default=120)
     ap.add_argument("--writer-timeout", type=float, default=600,
                     help="writer deadline inside the VM; on expiry blocked tasks are dumped to hang.txt")
-    ap.add_argument("--timeout", type=float, default=1200, help="hard limit for the whole VM run")
+    ap.add_argument("--timeout", type=float, default=900,
+                    help="a scenario still running after this many seconds is hung: its VM is killed (and "
+                         "the scenarios after it in that boot run in a fresh one)")
     return ap
 
 
@@ -182,56 +185,162 @@ def log(msg):
     print(f"[run-scenario] {msg}", file=sys.stderr, flush=True)
 
 
-def collect(share, out):
-    """Move what the guest left in the share (even after a failure) into out."""
-    for f in [*(share / "out").glob("*"), share / "job.log"]:
-        if f.exists():
-            shutil.move(f, out / f.name)
-    shutil.rmtree(share, ignore_errors=True)
+class Watchdog:
+    """Reads the guest's progress file (tests/vm/guest/scenario.py) each second: a boot whose
+    first scenario has not started within boot_budget s, or a scenario still running after
+    scenario_budget s, is hung (its name in the reason)."""
+
+    def __init__(self, progress: Path, boot_budget: float, scenario_budget: float):
+        self.progress, self.boot_budget, self.scenario_budget = progress, boot_budget, scenario_budget
+        self.current, self.since = None, time.monotonic()
+        self.started: list[str] = []
+        self.hung: str | None = None
+
+    def __call__(self):
+        try:
+            lines = self.progress.read_text().splitlines()
+        except OSError:
+            lines = []
+        starts = [line.split(" ", 1)[1] for line in lines if line.startswith("start ")]
+        if len(starts) > len(self.started):
+            self.started, self.since = starts, time.monotonic()
+            self.current = starts[-1]
+        if self.current and f"end {self.current}" in lines:
+            self.current = None
+        waited = time.monotonic() - self.since
+        if self.current and waited > self.scenario_budget:
+            self.hung = self.current
+            return f"scenario {self.current} hung: still running after {self.scenario_budget:.0f} s"
+        if not self.started and waited > self.boot_budget:
+            return f"no scenario started within {self.boot_budget:.0f} s of the boot"
+        return None
 
 
 def run(a):
-    """Run the scenario described by parsed options a; return the scenario record."""
+    """Run the scenario described by parsed options a, results in a.out; return its record."""
     out = a.out.resolve()
     if out.exists() and any(out.iterdir()):
         raise ScenarioFailed(f"{out} exists and is not empty")
-    out.mkdir(parents=True, exist_ok=True)
-    spec = spec_of(a)
+    record = run_many([("scenario", spec_of(a), out)], a.kernel, a.icount, a.timeout)["scenario"]
+    if isinstance(record, Exception):
+        raise record
+    record["options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+    (out / "scenario.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def boot_key(spec):
+    """What scenarios sharing a boot must have in common: one export and one agent serve them
+    all, and the overhead mode runs its own agents."""
+    return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec["compare_agent"])
+
+
+def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
+    """Run [(name, spec, out directory)] in as few boots of `kernel` as possible: scenarios of
+    one boot_key share a boot, in the order given. A hung scenario is killed with its VM and
+    the scenarios after it get a fresh boot. -> {name: record, or the ScenarioFailed}."""
+    results, groups = {}, {}
+    for item in scenarios:
+        groups.setdefault(boot_key(item[1]), []).append(item)
+    for pending in groups.values():
+        while pending:
+            done = _boot(pending, kernel, icount, scenario_budget, boot_budget, log)
+            results.update(done)
+            left = [item for item in pending if item[0] not in done]
+            if len(left) == len(pending):       # nothing came of the boot: do not loop
+                raise RuntimeError("a boot returned no result")
+            if left:
+                log(f"rerunning {', '.join(n for n, _, _ in left)} in a fresh boot")
+            pending = left
+    return results
+
+
+def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
+    """One boot running `pending` in order; -> {name: record or ScenarioFailed} for the
+    scenarios it ran or hung in (those it never started are left out)."""
     sources = source_key()  # before the run: the checkout may change meanwhile
     t0 = time.monotonic()
     image = ensure_image()
     image_seconds = round(time.monotonic() - t0, 1)
-    share = out / ".job"
+    for _, _, out in pending:
+        out.mkdir(parents=True, exist_ok=True)
+    share = Path(tempfile.mkdtemp(prefix="slotscope-boot-", dir=pending[0][2].parent))
     shutil.copytree(VM_DIR / "guest", share / "guest")
     shutil.copy(VM_DIR / "guest/job.sh", share / "job")
-    (share / "spec.json").write_text(json.dumps(spec, indent=2))
+    (share / "specs.json").write_text(json.dumps([{"name": n, "spec": s} for n, s, _ in pending], indent=2))
+    (share / "out").mkdir()
+    console = share / "console.log"
+    watch = Watchdog(share / "out" / "progress", boot_budget, scenario_budget)
+    boot_id = f"{kernel}-{share.name}"
+    failure = rc = None
+    vm_seconds = 0.0
     try:
-        res = run_vm(image, a.kernel, share, out / "console.log", a.timeout,
-                     shares=[Share("src", REPO, readonly=True)], log=log, icount=a.icount)
+        res = run_vm(image, kernel, share, console, boot_budget + scenario_budget * len(pending),
+                     shares=[Share("src", REPO, readonly=True)], log=log, icount=icount, watch=watch)
+        rc, vm_seconds, accel, clock = res.rc, res.seconds, res.accel, res.clock
     except VMError as e:
-        raise ScenarioFailed(str(e)) from None
-    finally:
-        collect(share, out)
-    guest_json = out / "guest.json"
-    if not guest_json.exists():
-        raise ScenarioFailed(f"the job in the VM exited ({res.rc}) without results; "
-                             f"see {out}/job.log and console.log")
-    guest = json.loads(guest_json.read_text())
-    guest_json.unlink()
-    record = {"options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-              "spec": spec, "image": image.manifest["key"], "source_key": sources, "accel": res.accel,
-              "clock": res.clock,
-              "kernel_abi": image.manifest["kernels"][a.kernel]["abi"],
-              "host_seconds": {"image_check": image_seconds, "vm": res.seconds},
+        failure = str(e)
+        accel, clock = "?", "?"
+        vm_seconds = round(time.monotonic() - t0 - image_seconds, 1)
+    boot = _read_json(share / "out" / "boot.json") or {}
+    boot.update({"id": boot_id, "kernel": kernel, "scenarios": [n for n, _, _ in pending], "vm_seconds": vm_seconds})
+    done = {}
+    for name, spec, out in pending:
+        ran = share / "out" / name
+        for f in (console, share / "job.log"):
+            if f.exists():
+                shutil.copy(f, out / f.name)
+        if not ran.exists():
+            continue
+        for f in ran.iterdir():
+            shutil.move(f, out / f.name)
+        if watch.hung == name:
+            (out / "error.txt").write_text(f"{failure}\n")
+            done[name] = ScenarioFailed(f"{failure}\n(see {out}/console.log)")
+            continue
+        done[name] = _scenario_record(name, spec, out, boot, sources, image, image_seconds, accel, clock)
+    if not done:    # the boot failed before its first scenario
+        why = failure or _read_text(share / "out" / "error.txt") or f"the job exited with status {rc}"
+        done = {name: ScenarioFailed(f"the boot failed before scenario {name}: {why}\n(see {out}/job.log "
+                                     f"and console.log)") for name, _, out in pending}
+    shutil.rmtree(share, ignore_errors=True)
+    log(f"boot {boot_id}: {len(done)} of {len(pending)} scenarios, VM {vm_seconds} s (job status {rc})")
+    return done
+
+
+def _read_text(path):
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _read_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _scenario_record(name, spec, out, boot, sources, image, image_seconds, accel, clock):
+    """scenario.json for one scenario of a boot; -> the record, or ScenarioFailed."""
+    guest = _read_json(out / "guest.json")
+    error = _read_text(out / "error.txt")
+    if guest is None:
+        return ScenarioFailed(f"scenario {name} {'failed in the VM: ' + error if error else 'left no results'}"
+                              f"\n(see {out}/job.log and console.log)")
+    (out / "guest.json").unlink()
+    record = {"spec": spec, "image": image.manifest["key"], "source_key": sources, "accel": accel,
+              "clock": clock, "kernel_abi": image.manifest["kernels"][boot["kernel"]]["abi"],
+              "host_seconds": {"image_check": image_seconds, "vm": boot["vm_seconds"]},
+              "boot": boot, "boot_seconds": boot.get("boot_seconds"),
               "expected_bytes": expected_bytes(spec), **guest}
     (out / "scenario.json").write_text(json.dumps(record, indent=2) + "\n")
-    if res.rc != 0:
-        error = out / "error.txt"
-        why = error.read_text().strip() if error.exists() else f"job exited with status {res.rc}"
-        raise ScenarioFailed(f"scenario failed in the VM: {why}\n(see {out}/job.log and console.log)")
+    if error:
+        return ScenarioFailed(f"scenario {name} failed in the VM: {error}\n(see {out}/job.log and console.log)")
     if record["server_bytes"] != record["expected_bytes"]:
-        raise ScenarioFailed(f"server has {record['server_bytes']} bytes, expected "
-                             f"{record['expected_bytes']} (see {out}/scenario.json)")
+        return ScenarioFailed(f"scenario {name}: the server has {record['server_bytes']} bytes, expected "
+                              f"{record['expected_bytes']} (see {out}/scenario.json)")
     return record
 
 
@@ -254,11 +363,37 @@ def summary(out):
     return "\n".join(lines)
 
 
+def named(names, kernel, out_root, **budgets):
+    """Run scenarios of vmrig/scenarios.py on `kernel`, results in out_root/<name>, as few
+    boots as their clocks and boot_key allow. -> {name: record or ScenarioFailed}."""
+    from .scenarios import NAMED
+    by_clock = {}
+    for name in names:
+        a = parser().parse_args(["--out", str(out_root / name), *NAMED[name]])
+        by_clock.setdefault(a.icount, []).append((name, spec_of(a), out_root / name))
+    results = {}
+    for icount, items in by_clock.items():
+        results.update(run_many(items, kernel, icount, **budgets))
+    return results
+
+
 def main(argv=None):
+    from .scenarios import NAMED
     ap = parser()
+    ap.add_argument("--named", action="append", choices=sorted(NAMED), metavar="NAME",
+                    help="run this scenario of vmrig/scenarios.py (repeatable; the other scenario options "
+                         "are then ignored): results in OUT/NAME, scenarios on one clock share a boot")
     a = ap.parse_args(argv)
     check(ap, a)
     try:
+        if a.named:
+            results = named(a.named, a.kernel, a.out.resolve(), scenario_budget=a.timeout)
+            failed = {n: r for n, r in results.items() if isinstance(r, Exception)}
+            for n, r in results.items():
+                log(f"{n}: {r if n in failed else 'done'}")
+                if n not in failed:
+                    print(f"== {n}\n{summary(a.out.resolve() / n)}")
+            return 1 if failed else 0
         run(a)
     except (ScenarioFailed, BuildError) as e:
         log(f"FAILED: {e}")

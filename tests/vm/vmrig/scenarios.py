@@ -1,7 +1,9 @@
 """The named scenarios: `run-scenario` options of the VM tier's session fixtures
 (tests/vm/conftest.py) and of bench/overhead.py. Each is meant to show one thing
-clearly and to finish in about 90 s under TCG (boot, project install and the agent's
-BCC compile take ~60 s of that)."""
+clearly in a few seconds of writers. Those on one kernel and clock share a boot, in this
+order (tests/vm/README.md, "The plan"): mixed's 2-slot table comes before
+unconstrained's unlimited one (tests/vm/test_shared_boot.py checks the reset between
+them), and frozen, whose server goes away for a while, comes last."""
 
 # Guest time counts emulated instructions (one vCPU, 1 ns each), so a timing a test asserts
 # does not follow the host's speed and load; the export is a tmpfs because host disk I/O is
@@ -30,11 +32,6 @@ NAMED = {
     # the flusher kworker write back while the ranks are still writing.
     "unconstrained": ["--nfs-vers", "3", "--ranks", "4", "--write-size", "1048576", "--mode", "buffered",
                       "--file-mb", "4", "--dirty-background-bytes", "65536"],
-    # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
-    # timeo makes the client log "not responding" (and "OK") within the freeze.
-    "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",
-               "--delay-ms", "10", "--timeo", "20", "--retrans", "1",
-               "--server-freeze-at", "1", "--server-freeze-for", "25"],
     # Many small FILE_SYNC WRITEs (4 KiB O_SYNC, 8 ranks, 10 ms RTT) and no slot limit:
     # the dynamic slot table grows, nothing queues for a slot; each write waits a round
     # trip. Also the workload of bench/overhead.py.
@@ -57,4 +54,9 @@ NAMED = {
     "straggler": ["--nfs-vers", "3", "--delay-ms", "5", "--rate-mbit", "40", "--ranks", "4",
                   "--write-size", "1048576", "--mode", "buffered", "--file-mb", "1",
                   "--rank-override", "2:file-mb=16", *INSTRUCTION_CLOCK],
+    # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
+    # timeo makes the client log "not responding" (and "OK") within the freeze.
+    "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",
+               "--delay-ms", "10", "--timeo", "20", "--retrans", "1",
+               "--server-freeze-at", "1", "--server-freeze-for", "25"],
 }

@@ -113,9 +113,10 @@ def choose_accel(image, kernel):
     return "kvm" if kvm_works(image, kernel) else "tcg"
 
 
-def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print, icount=None):
+def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print, icount=None, watch=None):
     """Boot, run job_dir/job, power off. Returns Result (rc is the job's exit status);
-    raises VMTimeout (with the console tail) if the VM is still up after timeout s.
+    raises VMTimeout (with the console tail) if the VM is still up after timeout s, or when
+    watch(), called every second, returns a reason to stop it (a job step that hangs).
     icount=SHIFT: the guest clock counts instructions (icount_args), under TCG only; with
     KVM the guest runs on real hardware and keeps the real clock."""
     job_dir = Path(job_dir)
@@ -130,13 +131,12 @@ def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        why = _wait(proc, t0 + timeout, watch) or f"VM still running after the {timeout} s timeout"
+        if why is not True:
             proc.kill()
             proc.communicate()
-            raise VMTimeout(f"VM still running after the {timeout} s timeout; killed it. "
-                            f"Console {console}, last lines:\n{console_tail(console)}") from None
+            raise VMTimeout(f"{why}; killed it. Console {console}, last lines:\n{console_tail(console)}")
+        out = proc.stdout.read()
         seconds = round(time.monotonic() - t0, 1)
         rc_file = job_dir / "rc"
         if proc.returncode == 0 and rc_file.exists():
@@ -149,6 +149,20 @@ def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print
             continue
         raise VMError(f"VM ended without a job status (qemu exit {proc.returncode}) after {seconds} s."
                       f"\nqemu: {out.strip()}\nConsole {console}, last lines:\n{console_tail(console)}")
+
+
+def _wait(proc, deadline, watch):
+    """True once qemu exits; else the reason to kill it: watch()'s, or None at the deadline."""
+    while time.monotonic() < deadline:
+        try:
+            proc.wait(timeout=1)
+            return True
+        except subprocess.TimeoutExpired:
+            pass
+        why = watch() if watch else None
+        if why:
+            return why
+    return None
 
 
 def crashed_before_job(console) -> bool:
