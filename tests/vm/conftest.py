@@ -58,8 +58,9 @@ RESULTS: dict[tuple[str, str], Path | Exception] = {}
 NEEDED: set[tuple[str, str]] = set()
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
+def pytest_collection_finish(session):
+    """The scenarios the selected tests use (after -k and -m deselection)."""
+    for item in session.items:
         params = item.callspec.params if hasattr(item, "callspec") else {}
         for name in item.fixturenames:
             if name in NAMED:

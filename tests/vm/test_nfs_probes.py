@@ -164,8 +164,10 @@ def test_server_freeze(frozen):
     ts = sorted(cap.read("agent")["ts"].to_pylist())     # the agent's own rows, through the freeze
     assert (ts[-1] - ts[0]) > 25e9
     assert max(b - a for a, b in zip(ts, ts[1:])) < 2 * AGENT_EVERY * 1e9
-    guest = json.loads((frozen / "scenario.json").read_text())["guest_step_seconds"]
-    assert guest["agent_stop"] < 15   # under emulation; seconds, not the mount's timeouts
+    rec = json.loads((frozen / "scenario.json").read_text())
+    assert rec["guest_step_seconds"]["agent_stop"] < 15   # its capture's end: seconds, not the mount's timeouts
+    assert rec["boot"]["scenarios"][-1] == frozen.name     # last in its boot (vmrig/scenarios.py), so
+    assert rec["boot"]["agent_stop_seconds"] < 15          # the agent's SIGINT stop came right after it
 
 
 def test_writeback_is_charged_to_the_rank_that_wrote(unconstrained, tmp_path):

@@ -24,7 +24,7 @@ def test_a_scenario_after_a_reset_has_nothing_of_the_one_before(mixed, unconstra
     first, second = _record(mixed), _record(unconstrained)
     assert first["boot"]["id"] == second["boot"]["id"]
     order = second["boot"]["scenarios"]
-    assert order.index("mixed") < order.index("unconstrained")
+    assert order.index(mixed.name) < order.index(unconstrained.name)
     before = mountstats.parse((unconstrained / "mountstats.before").read_text())
     assert before["ops"]["WRITE"]["ops"] == 0 and before["bytes"]["server_write"] == 0
     sysctls = [Capture.open(str(out / "capture")).meta["sunrpc"]["tcp_max_slot_table_entries"]

@@ -69,7 +69,7 @@ def test_scenario_with_agent_returns_capture(vm_image, tmp_path):
         assert want["pid"] in got["pids"]
     meta = json.loads((out / "capture" / "meta.json").read_text())
     assert [m["fstype"] for m in meta["nfs_mounts"]] == ["nfs"]
-    assert meta["stop_reason"] == "SIGINT"
+    assert meta["stop_reason"] == "SIGUSR1"    # the boot's agent ended its capture after the writers
 
 
 def test_hung_vm_is_killed_at_timeout(vm_image, tmp_path):
@@ -86,9 +86,12 @@ def test_hung_vm_is_killed_at_timeout(vm_image, tmp_path):
 
 
 def test_run_scenario_reports_timeout(vm_image, tmp_path):
-    p = run_scenario(tmp_path / "s", "--no-agent", "--timeout", "15")
+    """A scenario whose server never comes back (its writers sleep in the kernel for good) is
+    killed at its budget, and the command says which, with the console's last lines."""
+    p = run_scenario(tmp_path / "s", "--no-agent", "--timeout", "15", "--server-freeze-at", "0",
+                     "--server-freeze-for", "100000", "--writer-timeout", "100000")
     assert p.returncode == 1
-    assert "15.0 s timeout" in p.stderr and "Console" in p.stderr
+    assert "scenario s hung: still running after 15 s" in p.stderr and "Console" in p.stderr
 
 
 def test_only_a_crash_before_the_job_is_booted_again(tmp_path):

@@ -666,13 +666,17 @@ def main():
         rc = rc or (OUT / "error.txt").exists()
         progress.write(f"end {job['name']}\n")
         progress.flush()
-    if agent:
-        OUT = RESULTS
+    if agent:   # stopped as a user stops it (SIGINT): it must not hang on what the scenarios did
+        timings.clear()
         try:
             agent.stop(120)
         except ScenarioError as e:
-            log(f"the agent's last stop failed: {e}")
+            log(f"the agent's stop failed: {e}")
+            (OUT / "error.txt").write_text(f"the agent's stop after this, the boot's last scenario, failed: {e}\n")
             return 1
+        finally:
+            boot["agent_stop_seconds"] = timings.get("agent_stop")
+            (RESULTS / "boot.json").write_text(json.dumps(boot, indent=2) + "\n")
     log("scenarios done")
     return int(rc)
 

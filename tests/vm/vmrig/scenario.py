@@ -221,7 +221,7 @@ def run(a):
     out = a.out.resolve()
     if out.exists() and any(out.iterdir()):
         raise ScenarioFailed(f"{out} exists and is not empty")
-    record = run_many([("scenario", spec_of(a), out)], a.kernel, a.icount, a.timeout)["scenario"]
+    record = run_many([(out.name, spec_of(a), out)], a.kernel, a.icount, a.timeout)[out.name]
     if isinstance(record, Exception):
         raise record
     record["options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
