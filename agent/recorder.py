@@ -53,6 +53,7 @@ class RecordOptions:
     force: bool = False
     group_readable: bool = False
     status: bool = True
+    max_size: int | None = None     # bytes per capture; None: half the free space at its start
 
     def file_filter(self) -> FileFilter:
         fs = self.fs or ("any" if self.paths else "nfs")
@@ -81,6 +82,29 @@ def _refuse_traced_output(output: str, file_filter: FileFilter) -> None:
                           f"write the capture to a local disk")
 
 
+def _half_the_free_space(path: str) -> int:
+    """--max-size's default: half what the output's filesystem has free at the capture's start."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    return st.f_bavail * st.f_frsize // 2
+
+
+def _filter_warnings(opts: RecordOptions) -> list[str]:
+    """Filters that, as things stand, match nothing: said, not refused (the path or the
+    filesystem may appear while recording)."""
+    warnings = [f"--path {p}: does not exist (yet); files created under it will be recorded"
+                for p in opts.paths if not os.path.exists(p)]
+    if opts.fs and opts.fs not in ("any", "nfs"):
+        with open("/proc/filesystems") as f:
+            known = {line.split()[-1] for line in f if line.strip()}
+        if opts.fs not in known:
+            warnings.append(f"--fs {opts.fs}: the kernel knows no such filesystem type (/proc/filesystems); "
+                            f"nothing will be recorded unless one is mounted")
+    return warnings
+
+
 def record_groups() -> tuple[list, dict]:
     """The probe groups a recording loads: the syscall group is required, the others are
     optional (a machine without NFS still records syscalls), each skipped with its reason."""
@@ -107,7 +131,9 @@ class HeldCommand:
     def __init__(self, command: list[str]):
         import shutil
         if shutil.which(command[0]) is None:
-            raise RecordError(f"cannot run {command[0]}: command not found")
+            why = ("not an executable file" if os.sep in command[0] and os.path.exists(command[0])
+                   else "command not found")
+            raise RecordError(f"cannot run {command[0]}: {why}")
         r, self._go = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the child: wait for the go, then become the command
@@ -208,6 +234,8 @@ class Recorder:
         for pid in opts.pids:
             if not os.path.exists(f"/proc/{pid}"):
                 raise RecordError(f"--pid {pid}: no such process")
+        for warning in _filter_warnings(opts):
+            self._say(f"warning: {warning}", always=True)
         writer = self._create_writer(1)     # before the slow part: a bad -o fails at once
 
         self.proc = proc = HeldCommand(opts.command) if opts.command else None
@@ -231,13 +259,22 @@ class Recorder:
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGUSR1, self._on_next)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        self._start_capture(writer)
+        try:
+            self._start_capture(writer)
+        except CaptureWriteError as exc:
+            self._restore_signals()
+            self.loaded.close()
+            if proc:
+                proc.kill()
+            writer.close()
+            raise RecordError(str(exc)) from None
 
     def _create_writer(self, number: int) -> CaptureWriter:
         path = self.path(number)
         _refuse_traced_output(path, self.file_filter)
         try:
-            writer = CaptureWriter(path, self.opts.force, self.opts.group_readable)
+            writer = CaptureWriter(path, self.opts.force, self.opts.group_readable,
+                                   self.opts.max_size or _half_the_free_space(path))
         except CaptureWriteError as exc:
             raise RecordError(str(exc)) from None
         if writer.replaced:
@@ -261,7 +298,7 @@ class Recorder:
         self.decoder.fds.scan_proc(registry, self.tgids or None)
         self.clients = ClientNames()
         self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
-        self.events = self.rows = self._status_events = 0
+        self.events = self.rows = self._status_events = self._dropped_seen = 0
         self._loss_start = dict(self._loss_seen)
         self._runtime_start = loaded.program_runtime()
 
@@ -335,14 +372,17 @@ class Recorder:
     def finish(self, failure: str | None) -> str | None:
         """Detach the probes, restore the signals, write the last rows and the stop record, close
         the capture; after a write failure, only what can still be said. -> the failure, if any."""
+        self._restore_signals()
+        self.meta["probes"]["runtime"] = self._runtime()   # what each probe cost, over the capture
+        self.loaded.close()
+        return self._close_capture(failure or self.stop_reason, failure)
+
+    def _restore_signals(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         os.close(self._wake_r)
         os.close(self._wake_w)
-        self.meta["probes"]["runtime"] = self._runtime()   # what each probe cost, over the capture
-        self.loaded.close()
-        return self._close_capture(failure or self.stop_reason, failure)
 
     def _close_capture(self, reason: str | None, failure: str | None = None) -> str | None:
         """The capture's last rows that need no probes, its stop record; close it."""
@@ -357,7 +397,8 @@ class Recorder:
             meta["stop"] = self.stopped or clock_pair()
             meta["stop_reason"] = reason
             meta["totals"] = {"events": self.events, "rows": self.rows, "lost": self._lost(),
-                              "unnamed_fd_rows": self.decoder.unnamed}
+                              "unnamed_fd_rows": self.decoder.unnamed,
+                              "max_size": writer.max_bytes, "rows_over_max_size": writer.dropped}
             writer.write_meta(meta)
         except CaptureWriteError as exc:
             failure = failure or str(exc)
@@ -476,6 +517,14 @@ class Recorder:
                 rows.append({"ts": ts, "interval_ns": interval, "probe": _probe_of(name),
                              "counter": name, "lost": delta})
         self._loss_seen = totals
+        dropped = sum(self.writer.dropped.values())
+        if dropped > self._dropped_seen:
+            if not self._dropped_seen:
+                self._say(f"the capture reached its size limit ({self.writer.max_bytes / 2**20:.0f} MiB, --max-size): "
+                          f"rows from now on are counted as lost, not written", always=True)
+            rows.append({"ts": ts, "interval_ns": interval, "probe": "capture", "counter": "max_size_rows",
+                         "lost": dropped - self._dropped_seen})
+            self._dropped_seen = dropped
         if rows:
             self.writer.append("loss", pa.Table.from_pylist(rows, schema=LOSS))
 

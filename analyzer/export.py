@@ -16,7 +16,6 @@ import errno
 import hashlib
 import json
 import os
-import stat
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
@@ -24,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from slotscope.capture.reader import Capture, CaptureError
+from slotscope.capture.safepath import UnsafePath, open_parent
 from slotscope.capture.tables import TABLES, TIME_COLUMNS
 
 # Microseconds, not ns: Spark (through 4.x) refuses Parquet TIMESTAMP(NANOS) ("Illegal Parquet
@@ -87,15 +87,21 @@ class _Out:
     def __init__(self, path: str, force: bool):
         self.path, self.fds = path, {}
         try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            self._os(os.makedirs, path, 0o755)
-        else:
-            if stat.S_ISLNK(st.st_mode):
-                raise ExportError(f"{path}: a symlink, refusing to follow it (give the real directory)")
-            if not stat.S_ISDIR(st.st_mode):
-                raise ExportError(f"{path}: exists and is not a directory")
-        self.fds[""] = self._os(os.open, path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            pfd, base = open_parent(path)       # no planted link on the way either
+        except UnsafePath as exc:
+            raise ExportError(exc.strerror) from None
+        except OSError as exc:
+            raise ExportError(f"{path}: {exc.strerror}") from None
+        try:
+            try:
+                os.mkdir(base, 0o755, dir_fd=pfd)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise ExportError(f"{path}: {exc.strerror}") from None
+            self.fds[""] = self._os(os.open, base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=pfd)
+        finally:
+            os.close(pfd)
         if os.listdir(self.fds[""]) and not force:
             self.close()
             raise ExportError(f"{path}: not empty (use --force to write into it)")

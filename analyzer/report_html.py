@@ -4,13 +4,13 @@ plots.py. The style sheet is report.css, shipped with the package and inlined he
 """
 from __future__ import annotations
 
-import errno
 import html
 import math
 import os
-import tempfile
 from importlib.resources import files
 from typing import TYPE_CHECKING
+
+from slotscope.capture.safepath import create_file
 
 from .job import Job, utc_ns
 from .report_text import _value, rank_ranges
@@ -26,27 +26,14 @@ SEVERITY_ORDER = ("critical", "warning", "info")
 
 
 def write_html(job: Job, result: dict, path: str) -> None:
-    """Write the report of `result` (analyze(job, ...)) to `path`, replacing it whole: the
-    file is written next to it and renamed over it. OSError when it cannot be written."""
-    path = os.fspath(path)
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise FileNotFoundError(errno.ENOENT, f"no such directory: {parent}", path)
+    """Write the report of `result` (analyze(job, ...)) to `path`, replacing it whole (written
+    beside it, renamed over it), never through a planted link nor over another user's file
+    (safepath). OSError when it cannot be written."""
     text = render_html(job, result)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    umask = os.umask(0)
+    os.umask(umask)
+    with create_file(os.fspath(path), 0o666 & ~umask) as f:
+        f.write(text.encode())
 
 
 def render_html(job: Job, result: dict) -> str:

@@ -12,6 +12,7 @@ segment is written to `.NNNNNN.arrow.partial`, fsynced and renamed to
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import stat
@@ -20,52 +21,85 @@ import time
 import pyarrow as pa
 
 from .format import META_FILE, PARTIAL_RE, SEGMENT_RE, partial_name, schema_tag, segment_name
+from .safepath import UnsafePath, open_parent
 from .tables import newest
 
 SEGMENT_SECONDS = 1.0
+ACCOUNTING = ("loss", "agent")   # still written past the size limit: they say what it cost
 
 
 class CaptureWriteError(Exception):
     """Writing the capture failed (disk full, permissions...); the message says what was kept."""
 
 
-def _check_output_path(path: str, force: bool) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise CaptureWriteError(f"{path}: is a symbolic link; refusing to write a capture through it")
-    if not stat.S_ISDIR(st.st_mode):
-        raise CaptureWriteError(f"{path}: exists and is not a directory")
-    if st.st_uid != os.geteuid():
-        raise CaptureWriteError(f"{path}: owned by uid {st.st_uid}, not by us; refusing to write into it")
-    if os.listdir(path) and not force:
-        raise CaptureWriteError(f"{path}: exists and is not empty (use --force to write into it anyway)")
+LOCK_FILE = ".lock"      # held (flock) by the agent writing the capture; holds its pid
+
+
+def _refuse(path: str, why: str) -> CaptureWriteError:
+    return CaptureWriteError(f"{path}: {why}")
 
 
 class CaptureDir:
+    """The capture's directory, opened safely (safepath) and locked for as long as it is written:
+    a second agent is refused from the first instant, with the holder's pid."""
+
     def __init__(self, path: str, force: bool = False, group_readable: bool = False):
         self.path = path
         self.file_mode = 0o640 if group_readable else 0o600
         self.dir_mode = 0o750 if group_readable else 0o700
-        _check_output_path(path, force)
-        parent = os.path.dirname(os.path.abspath(path)) or "/"
-        base = os.path.basename(os.path.abspath(path))
-        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self.fd = self._open(path)
+        except UnsafePath as exc:
+            raise CaptureWriteError(str(exc)) from None
+        except OSError as exc:
+            raise _refuse(path, f"cannot create the capture there: {exc.strerror}") from None
+        self.lock_fd = None
+        try:
+            self._lock()
+            if not force and any(name != LOCK_FILE for name in os.listdir(self.fd)):
+                raise _refuse(path, "exists and is not empty (use --force to write into it anyway)")
+            os.fchmod(self.fd, self.dir_mode)
+        except (OSError, CaptureWriteError) as exc:
+            for fd in (self.lock_fd, self.fd):
+                if fd is not None:
+                    os.close(fd)
+            if isinstance(exc, CaptureWriteError):
+                raise
+            raise _refuse(path, f"cannot write the capture there: {exc.strerror}") from None
+
+    def _open(self, path: str) -> int:
+        pfd, base = open_parent(path)
         try:
             try:
                 os.mkdir(base, self.dir_mode, dir_fd=pfd)
             except FileExistsError:
-                pass  # checked above: our own directory, empty or --force
-            self.fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=pfd)
+                pass
+            try:
+                fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                if stat.S_ISLNK(os.lstat(base, dir_fd=pfd).st_mode):
+                    raise _refuse(path, "is a symbolic link; refusing to write a capture through it") from None
+                raise _refuse(path, "exists and is not a directory") from None
         finally:
             os.close(pfd)
-        st = os.fstat(self.fd)
-        if st.st_uid != os.geteuid():  # swapped between the check and the open
-            os.close(self.fd)
-            raise CaptureWriteError(f"{path}: changed owner while being opened; refusing")
-        os.fchmod(self.fd, self.dir_mode)
+        uid = os.fstat(fd).st_uid
+        if uid != os.geteuid():
+            os.close(fd)
+            raise _refuse(path, f"owned by uid {uid}, not by us; refusing to write into it")
+        return fd
+
+    def _lock(self) -> None:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.lock_fd = fd = os.open(LOCK_FILE, flags, self.file_mode, dir_fd=self.fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise _refuse(self.path, f"another slotscope (pid {holder}) is recording into it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
     def subdir(self, name: str) -> int:
         try:
@@ -116,6 +150,12 @@ class CaptureDir:
         os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def close(self) -> None:
+        """Leftovers of a failed write go; the lock is released (its file stays: removing it
+        would let two agents lock two different files)."""
+        for name in os.listdir(self.fd):
+            if name.startswith(".") and name.endswith(".tmp"):
+                os.unlink(name, dir_fd=self.fd)
+        os.close(self.lock_fd)
         os.close(self.fd)
 
 
@@ -186,18 +226,27 @@ class TableWriter:
         return self.closed_bytes + (self._sink.tell() if self._sink else 0)
 
     def close(self) -> None:
-        self.close_segment()
-        os.close(self.dir_fd)
+        try:
+            self.close_segment()
+        finally:
+            try:    # a segment that could not be written whole (disk full) is not left behind
+                os.unlink(partial_name(self.seq), dir_fd=self.dir_fd)
+            except OSError:
+                pass
+            os.close(self.dir_fd)
 
 
 class CaptureWriter:
     """The capture as the agent sees it: the registry's tables (tables.TABLES) and meta.json."""
 
-    def __init__(self, path: str, force: bool = False, group_readable: bool = False):
+    def __init__(self, path: str, force: bool = False, group_readable: bool = False,
+                 max_bytes: int | None = None):
         self.dir = CaptureDir(path, force, group_readable)
         self.path = path
+        self.max_bytes = max_bytes
         self.replaced = self.dir.remove_earlier_capture() if force else 0
         self.tables: dict[str, TableWriter] = {}
+        self.dropped: dict[str, int] = {}      # rows not written, per table: the size limit was reached
         self.failed: str | None = None
 
     def _table(self, name: str) -> TableWriter:
@@ -215,6 +264,12 @@ class CaptureWriter:
             raise CaptureWriteError(self.failed) from None
 
     def append(self, name: str, table: pa.Table | pa.RecordBatch) -> None:
+        """Write rows; from the first rows that would take the capture past max_bytes on, count
+        them in `dropped` instead (but for the capture's own accounting, a row a second at most)."""
+        if self.max_bytes is not None and name not in ACCOUNTING and (
+                self.dropped or self.size_bytes() + table.nbytes > self.max_bytes):
+            self.dropped[name] = self.dropped.get(name, 0) + table.num_rows
+            return
         self._guard(name, lambda: self._table(name).append(table))
 
     def tick(self) -> None:
@@ -233,5 +288,5 @@ class CaptureWriter:
             try:
                 t.close()
             except OSError:
-                pass  # the partial segment stays a dotfile: readers skip it
+                pass  # the rows of its open segment are lost; the finished ones stay
         self.dir.close()

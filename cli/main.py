@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
+
+from slotscope.capture.safepath import UnsafePath
 
 EPILOG = "Run `slotscope doctor` to see what this machine can trace."
 
@@ -19,7 +23,7 @@ def _record(args) -> int:
         return 2
     opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
                          pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
-                         group_readable=args.group_readable, status=not args.quiet)
+                         group_readable=args.group_readable, status=not args.quiet, max_size=args.max_size)
     try:
         if args.ebpf:
             print(record_ebpf(opts), end="")
@@ -92,6 +96,9 @@ def _analyze(args) -> int:
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
+    except UnsafePath as exc:
+        print(f"slotscope: {exc.strerror}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"slotscope: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
         return 1
@@ -152,6 +159,28 @@ def _export(args) -> int:
     return 0
 
 
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: want a positive number of seconds")
+    return value
+
+
+SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def size(text: str) -> int:
+    """A size as 500M, 2G, 1.5G, 800K or bytes (units of 1024; a trailing B or iB is allowed)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    value = float(m[1]) * SIZE_UNITS[m[2].upper()] if m else 0
+    if value < 2**20:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a size of at least 1M, such as 500M or 2G")
+    return int(value)
+
+
 def _nested(t) -> bool:
     import pyarrow as pa
     return pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_struct(t)
@@ -183,7 +212,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", metavar="DIR",
                    help="capture directory to create (local disk); with {n} in it, each SIGUSR1 ends the "
                         "capture and starts the next, numbered from 1, without loading the probes again")
-    r.add_argument("--duration", type=float, help="stop after this many seconds")
+    r.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after this many seconds")
+    r.add_argument("--max-size", type=size, metavar="SIZE",
+                   help="at most this much capture (e.g. 500M, 2G); past it rows are counted as lost, not "
+                        "written (default: half the free space of its filesystem at the start)")
     r.add_argument("--path", action="append", default=[], metavar="PREFIX",
                    help="only files under this path (repeatable); implies --fs any unless --fs is given")
     r.add_argument("--fs", metavar="TYPE", help="only files on this filesystem type (nfs: nfs and nfs4; any: all)")

@@ -212,11 +212,14 @@ def test_disk_full_stops_cleanly(tmp_path):
     writer = _writer_loop(str(d / "w.bin"), 60, chunk=64)
     try:
         res = slotscope("record", "-o", str(mnt / "cap"), "--path", str(d), "--duration", "60", "-q",
-                        timeout=120)
+                        "--max-size", "1G", timeout=120)
         assert res.returncode == 1
         assert "disk full" in res.stderr and "Traceback" not in res.stderr
         c = Capture.open(str(mnt / "cap"))
         assert c.read("syscall").num_rows > 0
+        # nothing half-written is left behind: no temporary meta.json, no partial segment
+        left = [p.name for p in (mnt / "cap").rglob(".*") if p.name != ".lock"]
+        assert left == [], left
     finally:
         writer.kill()
         writer.wait()

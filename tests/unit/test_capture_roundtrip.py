@@ -238,6 +238,7 @@ def test_force_over_a_killed_recording_does_not_fail_on_its_leftovers(tmp_path, 
     # killed while writing its second segment
     with open(os.path.join(path, "syscall", ".000002.arrow.partial"), "wb") as f:
         f.write(ARROW_MAGIC)
+    os.close(old.dir.lock_fd)                                    # the kill released its lock
 
     new = CaptureWriter(path, force=True)
     new.write_meta(meta())
