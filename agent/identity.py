@@ -27,44 +27,76 @@ CMDLINE_MAX = 512
 READ_TIMEOUT = 2.0
 REDACTED = "***"
 
-# A secret word ends its name part: --hf-token, API_TOKEN, --pass; not --tokenizer, --max-tokens,
-# --num-passes, --author.
+# A secret word ends its name part: --hf-token, API_TOKEN, --pass, --pw, --key; not --tokenizer,
+# --max-tokens, --num-passes, --author, --monkey.
 _SECRET_WORD = (r"(?:pass(?:word|wd|phrase)?(?![a-z])|secret|token(?![a-z])|api[-_]?key|access[-_]?key|"
-                r"private[-_]?key|credentials?|auth(?![a-z]))")
+                r"private[-_]?key|credentials?|auth(?![a-z])|(?<![a-z])pw(?![a-z])|(?<![a-z])key(?![a-z]))")
 _SECRET_FLAG = re.compile(rf"^(--?[\w.-]*{_SECRET_WORD}[\w.-]*)(=.*)?$", re.I)
-_SECRET_ASSIGN = re.compile(rf"^([\w.]*{_SECRET_WORD}[\w.]*)=.+$", re.I)
+_SECRET_ASSIGN = re.compile(rf"^([\w.]*{_SECRET_WORD}[\w.]*)([=:]).+$", re.I)   # TOKEN=x, password:x
+_ATTACHED_PASSWORD = re.compile(r"^-p\S+$")                                       # mysql -phunter2
+_USER_FLAGS = ("-u", "--user")                                                     # curl -u user:password
 _URL_CREDS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[\w.~+/=-]+")
 _KNOWN_TOKENS = re.compile(r"\b(AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|hf_[A-Za-z0-9]{20,}|"
                            r"xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,})\b")
+_JSON_SECRET = re.compile(rf'("[\w.-]*{_SECRET_WORD}[\w.-]*"\s*:\s*)"(?:\\.|[^"\\])*"', re.I)
+_QUOTED = re.compile(r"'([^']*)'" + r'|"((?:\\.|[^"\\])*)"')
+# A shell string (sh -c '...', one argument with several words): its words, quoted parts included.
+_SHELL_WORD = re.compile(r"""(?:'[^']*'|"(?:\\.|[^"\\])*"|[^\s;&|()<>'"])+""")
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """Hide obvious secrets: values of secret-looking flags and assignments, URL
-    credentials, bearer tokens and well-known token formats."""
-    out, hide_next = [], False
-    for arg in argv:
+    """Hide obvious secrets: values of secret-looking flags and assignments (also inside shell
+    strings), URL credentials, bearer tokens, JSON secret fields and well-known token formats."""
+    return _redact_words([_redact_text(arg) for arg in argv])
+
+
+def _redact_text(text: str) -> str:
+    """The secrets recognised anywhere in a string, whatever its words."""
+    text = _URL_CREDS.sub(rf"\1{REDACTED}@", text)
+    text = _BEARER.sub(rf"\1{REDACTED}", text)
+    text = _JSON_SECRET.sub(rf'\1"{REDACTED}"', text)
+    return _KNOWN_TOKENS.sub(REDACTED, text)
+
+
+def _redact_words(words: list[str]) -> list[str]:
+    """The word rules over a sequence of words: a secret flag hides the next word."""
+    out, hide_next, user_next = [], False, False
+    for word in words:
+        if len(_SHELL_WORD.findall(word)) > 1:      # a shell string: its own words
+            out.append(_redact_shell(word))
+            hide_next = user_next = False
+            continue
+        plain = _unquote(word)
         if hide_next:
             out.append(REDACTED)
-            hide_next = False
-            continue
-        m = _SECRET_FLAG.match(arg)
-        if m:
-            if m.group(2) is None:
-                hide_next = True
-                out.append(arg)
-            else:
-                out.append(f"{m.group(1)}={REDACTED}")
-            continue
-        m = _SECRET_ASSIGN.match(arg)
-        if m:
-            out.append(f"{m.group(1)}={REDACTED}")
-            continue
-        arg = _URL_CREDS.sub(rf"\1{REDACTED}@", arg)
-        arg = _BEARER.sub(rf"\1{REDACTED}", arg)
-        arg = _KNOWN_TOKENS.sub(REDACTED, arg)
-        out.append(arg)
+        elif user_next and ":" in plain:
+            out.append(f"{plain.split(':', 1)[0]}:{REDACTED}")
+        elif m := _SECRET_FLAG.match(plain):
+            out.append(plain if m.group(2) is None else f"{m.group(1)}={REDACTED}")
+        elif m := _SECRET_ASSIGN.match(plain):
+            out.append(f"{m.group(1)}{m.group(2)}{REDACTED}")
+        elif _ATTACHED_PASSWORD.match(plain):
+            out.append(f"-p{REDACTED}")
+        else:
+            out.append(word)
+        hide_next = bool(not hide_next and (m := _SECRET_FLAG.match(plain)) and m.group(2) is None)
+        user_next = plain in _USER_FLAGS
     return out
+
+
+def _redact_shell(text: str) -> str:
+    words = list(_SHELL_WORD.finditer(text))
+    redacted = _redact_words([m.group() for m in words])
+    parts, pos = [], 0
+    for m, word in zip(words, redacted):
+        parts += [text[pos:m.start()], word]
+        pos = m.end()
+    return "".join(parts) + text[pos:]
+
+
+def _unquote(word: str) -> str:
+    return _QUOTED.sub(lambda m: m.group(1) or m.group(2) or "", word)
 
 
 def format_cmdline(raw: bytes) -> str:

@@ -83,3 +83,34 @@ def test_short_command_lines_are_not_truncated():
 def test_secret_beyond_the_cut_is_still_not_kept():
     raw = b"\0".join([b"x" * (CMDLINE_MAX - 20), b"--password", b"hunter2hunter2hunter2"]) + b"\0"
     assert "hunter2" not in format_cmdline(raw)
+
+
+@pytest.mark.parametrize("arg,secrets,kept", [
+    ("train.sh --password hunter2 token=abcd; export AWS_SECRET_ACCESS_KEY=wJalrXUtn && run",
+     ("hunter2", "abcd", "wJalrXUtn"), ("train.sh", "--password", "token=", "export", "AWS_SECRET_ACCESS_KEY=", "run")),
+    ("python save.py --api-key 'two words' --out /mnt/ckpt", ("two words",), ("--api-key", "--out /mnt/ckpt")),
+    ('curl -u alice:hunter2 -d \'{"password": "x1y2", "n": 3}\' https://x/', ("hunter2", "x1y2"),
+     ("alice:", '"n": 3', "https://x/")),
+    ("mysql -phunter2 -h db", ("hunter2",), ("mysql", "-h db")),
+    ("login --pw s3cr3t --key k3y9 password:p4ss", ("s3cr3t", "k3y9", "p4ss"), ("login", "--pw", "--key", "password:")),
+])
+def test_secrets_inside_a_shell_string_are_hidden(arg, secrets, kept):
+    """`sh -c '...'` gives the whole script as one argument: its words are redacted as argv's are."""
+    text = format_cmdline(b"\0".join([b"sh", b"-c", arg.encode()]) + b"\0")
+    for secret in secrets:
+        assert secret not in text, text
+    for part in kept:
+        assert part in text, text
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["mysql", "-phunter2"], ["mysql", f"-p{REDACTED}"]),
+    (["tool", "--pw", "x"], ["tool", "--pw", REDACTED]),
+    (["tool", "--key", "x"], ["tool", "--key", REDACTED]),
+    (["tool", "password:x"], ["tool", f"password:{REDACTED}"]),
+    (["tool", '{"password":"x"}'], ["tool", f'{{"password":"{REDACTED}"}}']),
+    (["curl", "-u", "user:hunter2", "https://x/"], ["curl", "-u", f"user:{REDACTED}", "https://x/"]),
+    (["tool", "--monkey", "3", "--keyboard", "us"], ["tool", "--monkey", "3", "--keyboard", "us"]),
+])
+def test_one_argument_forms(argv, want):
+    assert redact_argv(argv) == want
