@@ -360,7 +360,9 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close_range)
 EXIT(close_range)
 #endif
 
-/* ---- process lifecycle: ancestry for rank inheritance and --pid/-- COMMAND ---- */
+/* ---- process lifecycle: ancestry for rank inheritance and --pid/-- COMMAND ----
+ * Only traced processes' (wanted()): with --pid or --cgroup, the threads and programs the rest
+ * of a busy machine starts would fill the ring and wake the agent for nothing. */
 
 static __always_inline void emit_proc(u32 kind, u32 tid, u64 clone_flags, int urgent)
 {
@@ -390,15 +392,16 @@ TRACEPOINT_PROBE(task, task_newtask)
         traced_tgids.update(&child, &one);
     }
 #endif
-    emit_proc(PROC_NEWTASK, args->pid, args->clone_flags, 0);
+    if (wanted(bpf_get_current_pid_tgid()))
+        emit_proc(PROC_NEWTASK, args->pid, args->clone_flags, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exec)
 {
-    /* Urgent (a forced wakeup) only for a process that is traced: with --pid or --cgroup, the
-     * other programs a busy machine starts must not wake the agent. */
-    emit_proc(PROC_EXEC, args->pid, 0, wanted(bpf_get_current_pid_tgid()));
+    /* A traced program's identity cannot wait: a forced wakeup. */
+    if (wanted(bpf_get_current_pid_tgid()))
+        emit_proc(PROC_EXEC, args->pid, 0, 1);
     return 0;
 }
 
@@ -407,10 +410,12 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     u64 id = bpf_get_current_pid_tgid();
     if ((u32)id != (u32)(id >> 32))
         return 0;  /* a thread, not the process */
+    int traced = wanted(id);
 #ifdef FILTER_TGIDS
     u32 tgid = id >> 32;
     traced_tgids.delete(&tgid);
 #endif
-    emit_proc(PROC_EXIT, (u32)id, 0, 0);
+    if (traced)
+        emit_proc(PROC_EXIT, (u32)id, 0, 0);
     return 0;
 }

@@ -55,9 +55,10 @@ class CaptureDir:
             raise _refuse(path, f"cannot create the capture there: {exc.strerror}") from None
         self.lock_fd = None
         try:
-            self._lock()
+            self._lock(create=False)      # a live agent's: named before anything else is said
             if not force and any(name != LOCK_FILE for name in os.listdir(self.fd)):
                 raise _refuse(path, "exists and is not empty (use --force to write into it anyway)")
+            self._lock(create=True)
             os.fchmod(self.fd, self.dir_mode)
         except (OSError, CaptureWriteError) as exc:
             for fd in (self.lock_fd, self.fd):
@@ -90,9 +91,16 @@ class CaptureDir:
             raise _refuse(path, f"owned by uid {uid}, not by us; refusing to write into it")
         return fd
 
-    def _lock(self) -> None:
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        self.lock_fd = fd = os.open(LOCK_FILE, flags, self.file_mode, dir_fd=self.fd)
+    def _lock(self, create: bool) -> None:
+        """Take the lock; without `create`, only if its file is there (a refused directory is
+        left as it was). Two agents racing past the first call both reach the second: one wins."""
+        if self.lock_fd is not None:
+            return
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        try:
+            self.lock_fd = fd = os.open(LOCK_FILE, flags, self.file_mode, dir_fd=self.fd)
+        except FileNotFoundError:
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
