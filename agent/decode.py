@@ -43,6 +43,7 @@ class Decoder:
         self.ignore_fd = ignore_fd or (lambda tgid, fd, gen: None)
         self._ignored: set[tuple[int, int]] = set()
         self._paths: dict[tuple[int, int, int], str] = {}
+        self._envs: dict[int, tuple[int, dict[str, str]]] = {}   # tgid -> (its execve, rank variables)
         self._exits: list[int] = []
         self.unnamed = 0   # rows dropped because their fd could not be named
         self.seen: set[int] = set()   # tgids with rows: their blocked path calls are worth showing
@@ -59,6 +60,19 @@ class Decoder:
             self.fds.close_fds(tgid, ts, only_cloexec=True)
         elif kind == PROC_EXIT:
             self._exits.append(tid)
+            self._envs.pop(tid, None)
+
+    # ---- rank variables, read at execve ----
+    def _take_envs(self, envs: np.ndarray | None) -> None:
+        """Each tgid's variables of its latest execve (a failed one's are replaced by the next)."""
+        for ts, tgid, _pad, name, value in envs.tolist() if envs is not None and envs.size else ():
+            if self._envs.get(tgid, (ts, None))[0] != ts:
+                del self._envs[tgid]
+            self._envs.setdefault(tgid, (ts, {}))[1][_c_str(name)] = _c_str(value)
+
+    def _exec_env(self, tgid: int, exec_ts: int) -> dict[str, str] | None:
+        ts, env = self._envs.pop(tgid, (None, None))
+        return env if ts is not None and ts <= exec_ts else None
 
     # ---- paths ----
     def _take_paths(self, paths: np.ndarray) -> None:
@@ -150,15 +164,17 @@ class Decoder:
             self.ignore_fd(tgid, fd, gen)
 
     # ---- a whole batch ----
-    def feed(self, sys: np.ndarray, paths: np.ndarray, procs: np.ndarray) -> pa.Table | None:
+    def feed(self, sys: np.ndarray, paths: np.ndarray, procs: np.ndarray,
+             envs: np.ndarray | None = None) -> pa.Table | None:
         for tgid in self._exits:  # deferred one batch: their last syscalls may come after the exit
             self.fds.drop_process(tgid)
             self.registry.forget(tgid)
         self._exits = []
         # Identity reads first, before the decoding below: a short-lived rank process
         # must still be alive (with its environment) when a worker reads /proc.
+        self._take_envs(envs)
         for ev in procs[procs["kind"] == PROC_EXEC].tolist() if procs.size else ():
-            self.identities.exec_(ev[3], ev[0])
+            self.identities.exec_(ev[3], ev[0], self._exec_env(ev[3], ev[0]))
         self._take_paths(paths)
         if sys.size == 0:
             self._structural(sys, np.empty(0, np.int64), procs, None, [])
@@ -249,3 +265,7 @@ class Decoder:
                          "ts_enter": t, "fd": fd, "path": info and info.path, "dev": info and info.dev,
                          "ino": info and info.ino})
         return pa.Table.from_pylist(rows, schema=BLOCKED) if rows else None
+
+
+def _c_str(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")

@@ -270,6 +270,7 @@ class Identities:
         self._wanted: set[int] = set()
         self._emitted: set[int] = set()
         self._exec_ts: dict[int, int] = {}   # tgid -> its last exec: reads requested before are stale
+        self._exec_env: dict[int, dict[str, str]] = {}   # tgid -> rank variables read at its exec
 
     def note_fork(self, parent: int, child: int) -> None:
         self.parent[child] = parent
@@ -284,8 +285,13 @@ class Identities:
             self._wanted.add(tgid)
             self.observe(tgid, now_ns)
 
-    def exec_(self, tgid: int, now_ns: int) -> None:
-        """After exec the command line and maybe the environment changed: read it again."""
+    def exec_(self, tgid: int, now_ns: int, env: dict[str, str] | None = None) -> None:
+        """After exec the command line and maybe the environment changed: read it again. `env`:
+        the rank variables the kernel read at the execve, for a process gone before /proc is."""
+        if env:
+            self._exec_env[tgid] = env
+        else:
+            self._exec_env.pop(tgid, None)
         self.known.pop(tgid, None)
         self._emitted.discard(tgid)
         self._pending.discard(tgid)
@@ -310,6 +316,8 @@ class Identities:
                 # The watchdog gave up on this read (a busy machine, not a D state), then it
                 # finished: the better identity replaces the row written meanwhile.
                 self._emitted.discard(ident.tgid)
+            if not ident.env and self._exec_env.get(ident.tgid):
+                ident.env, ident.rank_source = dict(self._exec_env[ident.tgid]), "env"
             if ident.ppid is None:
                 ident.ppid = self.parent.get(ident.tgid)
             parent = self.known.get(ident.ppid or 0)

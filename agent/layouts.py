@@ -113,6 +113,17 @@ PATH_EVENT = Layout("path_event", (
     ("path", f"char[{PATH_MAX_CAPTURED}]"),
 ))
 
+# A rank variable of a traced program, read from its environment at execve (before the
+# program runs): a rank that exits within milliseconds is gone before /proc can be read.
+ENV_NAME_MAX = 32
+ENV_EVENT = Layout("env_event", (
+    ("ts", "s64"),         # the execve's: the variables of one execve share it
+    ("tgid", "u32"),
+    ("_pad", "char[4]"),
+    ("name", f"char[{ENV_NAME_MAX}]"),
+    ("value", "char[32]"),
+))
+
 # Process lifecycle: new tasks (with clone flags, so threads and processes are
 # told apart without reading kernel structs), exec and exit.
 PROC_EVENT = Layout("proc_event", (
@@ -142,10 +153,11 @@ CLONE_THREAD = 0x00010000
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.
 LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed",
-                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full", "owner_ring_full", "xprt_ring_full")
+                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full", "owner_ring_full", "xprt_ring_full",
+                 "env_ring_full")
 
 
-LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)
+LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, ENV_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)
 
 
 class Distinct:
@@ -177,7 +189,8 @@ def warm_up() -> None:
 
 
 # Every probe group's rings, numbered for the kernel's wakeup counters (bpf/common.h).
-RINGS = ("sys_ring", "path_ring", "proc_ring", "rpc_ring", "slot_ring", "nfs_ring", "owner_ring", "xprt_ring")
+RINGS = ("sys_ring", "path_ring", "proc_ring", "rpc_ring", "slot_ring", "nfs_ring", "owner_ring", "xprt_ring",
+         "env_ring")
 
 
 def c_header() -> str:
@@ -187,7 +200,7 @@ def c_header() -> str:
     parts += [f"#define SYSOP_{name.upper()} {num}" for name, num in OP_NUMBER.items()]
     parts += [f"#define PROC_NEWTASK {PROC_NEWTASK}", f"#define PROC_EXEC {PROC_EXEC}",
               f"#define PROC_EXIT {PROC_EXIT}", f"#define CLONE_THREAD_FLAG {CLONE_THREAD}",
-              f"#define PATH_MAX_CAPTURED {PATH_MAX_CAPTURED}"]
+              f"#define PATH_MAX_CAPTURED {PATH_MAX_CAPTURED}", f"#define ENV_NAME_MAX {ENV_NAME_MAX}"]
     parts += [f"#define LOSS_{name.upper()} {i}" for i, name in enumerate(LOSS_COUNTERS)]
     parts += [f"#define NFS_{name.upper()} {num}" for num, name in NFS_KINDS.items()]
     parts += [f"#define NFS_CALL_{name.upper()} {1 << i}" for i, name in enumerate(NFS_CALLS)]

@@ -22,8 +22,9 @@ import numpy as np
 from slotscope.capture.syscalls import OPS
 
 from . import kernel
-from .layouts import (INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT,
-                      SYS_EVENT, XPRT_EVENT, Layout, c_header)
+from .identity import RANK_VARS
+from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT,
+                      SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .ringbuf import RingReader, record_size
 from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
@@ -148,10 +149,11 @@ class SyscallProbes(ProbeGroup):
     description = "file syscalls of every process (syscalls:sys_enter_*/sys_exit_* tracepoints)"
     source = "syscalls.c"
     # The syscall ring absorbs ~50 ms of a 5 M events/s storm between two drains.
-    rings = {"sys_ring": (SYS_EVENT, 4096), "path_ring": (PATH_EVENT, 1024), "proc_ring": (PROC_EVENT, 256)}
+    rings = {"sys_ring": (SYS_EVENT, 4096), "path_ring": (PATH_EVENT, 1024), "proc_ring": (PROC_EVENT, 256),
+             "env_ring": (ENV_EVENT, 64)}
     # Fed every drain: process exits are applied one drain late (their last calls may follow).
-    streams = (Stream("syscall", ("sys_ring", "path_ring", "proc_ring"),
-                      lambda d, sys, paths, procs: d.decoder.feed(sys, paths, procs), each_drain=True),)
+    streams = (Stream("syscall", ("sys_ring", "path_ring", "proc_ring", "env_ring"),
+                      lambda d, sys, paths, procs, envs: d.decoder.feed(sys, paths, procs, envs), each_drain=True),)
 
     def available_syscalls(self) -> list[str]:
         return [op for op in OPS
@@ -331,6 +333,12 @@ def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
     loaded = Loaded(bpf, groups)
     for tgid in filters.tgids:
         loaded.trace_tgid(tgid)
+    if "env_ring" in loaded.rings:
+        names = bpf[b"rank_vars"]
+        for name in RANK_VARS:      # the only variables the kernel side passes on
+            key = names.Key()
+            key.name = name.encode()
+            names[key] = ctypes.c_uint8(1)
     if filters.cgroup:
         fd = os.open(filters.cgroup, os.O_RDONLY | os.O_DIRECTORY)
         try:

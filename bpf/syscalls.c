@@ -34,6 +34,9 @@ BPF_CGROUP_ARRAY(cgroup_filter, 1);
 BPF_RINGBUF_OUTPUT(sys_ring, SYS_RING_PAGES);
 BPF_RINGBUF_OUTPUT(path_ring, PATH_RING_PAGES);
 BPF_RINGBUF_OUTPUT(proc_ring, PROC_RING_PAGES);
+BPF_RINGBUF_OUTPUT(env_ring, ENV_RING_PAGES);
+struct env_name { char name[ENV_NAME_MAX]; };
+BPF_HASH(rank_vars, struct env_name, u8, 64);      /* the agent fills it: identity.RANK_VARS */
 
 static __always_inline int wanted(u64 pid_tgid)
 {
@@ -394,6 +397,59 @@ TRACEPOINT_PROBE(task, task_newtask)
 #endif
     if (wanted(bpf_get_current_pid_tgid()))
         emit_proc(PROC_NEWTASK, args->pid, args->clone_flags, 0);
+    return 0;
+}
+
+/* The rank variables of the program a traced process execs, from its new environment (user
+ * memory, read before the program starts): only the names in rank_vars leave the kernel. A rank
+ * that writes its file and exits within milliseconds is gone before /proc can be read. */
+#define ENV_SCAN 128
+static __always_inline void scan_env(const char *const *envp)
+{
+    u64 ts = bpf_ktime_get_ns();
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    for (int i = 0; i < ENV_SCAN; i++) {
+        const char *s = NULL;
+        if (bpf_probe_read_user(&s, sizeof(s), &envp[i]) || !s)
+            return;
+        struct env_name key = {};
+        if (bpf_probe_read_user_str(key.name, sizeof(key.name), s) <= 0)
+            continue;
+        int eq = -1;
+#pragma unroll
+        for (int j = 0; j < ENV_NAME_MAX; j++) {
+            if (eq < 0 && key.name[j] == '=')
+                eq = j;
+            if (eq >= 0)
+                key.name[j] = 0;
+        }
+        if (eq <= 0 || !rank_vars.lookup(&key))
+            continue;
+        struct env_event *e = env_ring.ringbuf_reserve(sizeof(struct env_event));
+        if (!e) {
+            count_loss(LOSS_ENV_RING_FULL);
+            return;
+        }
+        e->ts = ts;
+        e->tgid = tgid;
+        __builtin_memcpy(e->name, key.name, sizeof(e->name));
+        if (bpf_probe_read_user_str(e->value, sizeof(e->value), s + eq + 1) < 0)
+            e->value[0] = 0;
+        env_ring.ringbuf_submit(e, wake_flags(ENV_RING_ID, ENV_RING_WAKE, 0));
+    }
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_execve)
+{
+    if (wanted(bpf_get_current_pid_tgid()))
+        scan_env((const char *const *)args->envp);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_execveat)
+{
+    if (wanted(bpf_get_current_pid_tgid()))
+        scan_env((const char *const *)args->envp);
     return 0;
 }
 

@@ -1,6 +1,7 @@
 """What a careless or hostile user meets when `record` runs as root (issue 18): a second agent,
 a planted link on the way to the output, an output it cannot write, options that mean nothing,
 a write storm against the capture's size. Each answered in one line, nothing lost."""
+import json
 import os
 import shutil
 import signal
@@ -152,3 +153,18 @@ def test_reports_and_exports_written_as_root_follow_no_planted_link(shared_tmp):
     res = slotscope("analyze", sample_path(), "--html", str(shared_tmp / "report.html"))
     assert res.returncode == 1 and "belongs to uid 65534; not replacing it" in res.stderr
     assert (shared_tmp / "report.html").read_text() == "theirs\n"
+
+
+def test_short_lived_ranks_are_named(tmp_path):
+    """200 rank processes, each writing one file and exiting at once (gone before /proc can be
+    read): each carries its rank, read from its environment at execve."""
+    d = tmp_path / "d"
+    d.mkdir()
+    script = f'i=0; while [ $i -lt 200 ]; do RANK=$i WORLD_SIZE=200 sh -c \'echo x > "$0"\' {d}/f$i; i=$((i+1)); done'
+    res = slotscope("record", "-o", str(tmp_path / "cap"), "--path", str(d), "-q", "--", "sh", "-c", script,
+                    timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = slotscope("analyze", "--json", str(tmp_path / "cap"))
+    ranks = {r["rank"]: r for r in json.loads(out.stdout)["ranks"] if r["rank"] is not None}
+    assert sorted(ranks) == list(range(200)), sorted(ranks)
+    assert all(r["bytes_written"] == 2 for r in ranks.values())
