@@ -331,14 +331,17 @@ def test_sigusr1_ends_the_capture_and_starts_the_next(tmp_path):
                 wait_recording(agent)
         writer.stdin.close()
         writer.wait()
-        assert agent.wait(60) == 0, agent.stderr.read()
+        assert agent.wait(60) == 0
+        err = agent.stderr.read()
     finally:
         agent.kill()
     for number, (n, reason) in enumerate(zip(counts, ("SIGUSR1", "SIGUSR1", "SIGINT")), 1):
         cap = Capture.open(str(tmp_path / f"cap-{number}"))
         assert cap.meta["stop_reason"] == reason
-        writes = [r for r in cap.read("syscall").to_pylist() if r["syscall"] == "write"]
-        assert len(writes) == n, number
+        rows = cap.read("syscall")
+        assert rows is not None, (number, cap.meta["totals"], err)
+        writes = [r for r in rows.to_pylist() if r["syscall"] == "write"]
+        assert len(writes) == n, (number, cap.meta["totals"], err)
         assert {r["path"] for r in writes} == {str(ckpt / "f.bin")}
     assert not (tmp_path / "cap-4").exists()
 
