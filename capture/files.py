@@ -7,6 +7,9 @@ import errno
 import os
 import stat
 
+PERMISSION_HINT = ("permission denied: captures are root-only by default; "
+                   "use sudo or record with --group-readable")
+
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -32,3 +35,19 @@ def open_regular(path: str, follow: bool = True) -> tuple[int, int]:
         raise NotAFile(f"{kind}, not a regular file")
     return fd, st.st_size
 
+
+def read_capped(path: str, limit: int, follow: bool = True) -> bytes:
+    """The whole regular file at `path`, refused (NotAFile) beyond `limit` bytes."""
+    fd, size = open_regular(path, follow)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if max(size, len(data)) > limit:
+        raise NotAFile(f"larger than {limit >> 20} MiB")
+    return data
+
+
+def why(exc: OSError | NotAFile) -> str:
+    """What went wrong, in a few words."""
+    if isinstance(exc, PermissionError):
+        return PERMISSION_HINT
+    return str(exc) if isinstance(exc, NotAFile) else (exc.strerror or str(exc))

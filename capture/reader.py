@@ -11,10 +11,12 @@ damage that still leaves data readable, a line in Capture.problems.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from .files import why
 from .format import ARROW_MAGIC, PARTIAL_RE, SCHEMA_KEY, SEGMENT_RE
 from .meta import CaptureError, read_meta
 from .tables import TABLES
@@ -32,11 +34,16 @@ class Capture:
 
     @classmethod
     def open(cls, path: str) -> "Capture":
-        if not os.path.exists(path):
-            raise CaptureError(f"{path}: no such capture directory")
-        if not os.path.isdir(path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise CaptureError(f"{path}: no such capture directory") from None
+        except OSError as exc:
+            raise CaptureError(f"{path}: {why(exc)}") from None
+        if not stat.S_ISDIR(st.st_mode):
             raise CaptureError(f"{path}: not a capture directory (a capture is a directory with meta.json)")
-        return cls(path=path, meta=read_meta(path))
+        meta, problems = read_meta(path)
+        return cls(path=path, meta=meta, problems=problems)
 
     def tables(self) -> list[str]:
         return sorted(name for name in os.listdir(self.path)
