@@ -39,6 +39,11 @@ class Int:
     """An integer that fits int64 (not a bool, which Python counts as one)."""
 
 
+class Ns:
+    """Nanoseconds of a clock that counts from 0 (CLOCK_MONOTONIC, CLOCK_REALTIME since 1970) in
+    int64: so the difference of a pair fits too."""
+
+
 class Decimal:
     """A non-negative integer written as text, as the kernel prints mount options and sysctls."""
 
@@ -53,7 +58,7 @@ class MapOf:
     value: object
 
 
-CLOCK_PAIR = {"monotonic_ns": Int, "realtime_ns": Int, "uncertainty_ns": Int}
+CLOCK_PAIR = {"monotonic_ns": Ns, "realtime_ns": Ns, "uncertainty_ns": Ns}
 MOUNT = {"mountpoint": str, "source": str, "fstype": str, "dev": Int, "vers": (str, None), "proto": (str, None),
          "nconnect": (Decimal, None), "wsize": (Decimal, None), "rsize": (Decimal, None), "hard": bool,
          "timeo": (Decimal, None), "retrans": (Decimal, None), "server": (str, None), "options": str}
@@ -66,7 +71,7 @@ SHAPE = {
     "mountstats_start": MapOf(str), "mountstats_stop": MapOf(str),
     "nics": ListOf({"name": str, "speed_mbps": (Int, None)}),
 }
-_NAMES = {Int: "an integer", Decimal: "a decimal number as text", str: "a string", bool: "true or false",
+_NAMES = {Int: "an integer", Ns: "a count of nanoseconds", Decimal: "a decimal number as text", str: "a string", bool: "true or false",
           dict: "an object", None: "null"}
 
 
@@ -75,6 +80,8 @@ def _is(value, leaf) -> bool:
         return value is None
     if leaf is Int:
         return type(value) is int and -2**63 <= value < 2**63
+    if leaf is Ns:
+        return type(value) is int and 0 <= value < 2**63
     if leaf is Decimal:
         return isinstance(value, str) and value.isascii() and value.isdigit()
     return isinstance(value, leaf)

@@ -423,7 +423,10 @@ def _cases() -> list[Case]:
     add("meta_start_mono_text", lambda p: _meta(p, start={"monotonic_ns": "1", "realtime_ns": 5}), SALVAGE,
         "start.monotonic_ns", exceptions={"export": (ERROR, "no 'start' clock pair")})
     add("meta_start_huge", lambda p: _meta(p, start={"monotonic_ns": 2**70, "realtime_ns": 2**70}), SALVAGE,
-        "not an integer", exceptions={"export": (ERROR, "no 'start' clock pair")})
+        "not a count of nanoseconds", exceptions={"export": (ERROR, "no 'start' clock pair")})
+    add("meta_start_negative", lambda p: _meta(p, start={"monotonic_ns": -2**63, "realtime_ns": 2**63 - 1}),
+        SALVAGE, "start.monotonic_ns is -9223372036854775808, not a count of nanoseconds",
+        exceptions={"export": (ERROR, "no 'start' clock pair")})
     add("meta_start_bool", lambda p: _meta(p, start={"monotonic_ns": True, "realtime_ns": 5}), SALVAGE,
         "start.monotonic_ns is true", exceptions={"export": (ERROR, "no 'start' clock pair")})
     add("meta_stop_float", lambda p: _meta(p, stop={"monotonic_ns": 1.5, "realtime_ns": 2}), SALVAGE,
