@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from slotscope.capture.reader import Capture, CaptureError
+from slotscope.capture.reader import Capture, CaptureError, open_captures
 from slotscope.capture.safepath import UnsafePath, open_parent
 from slotscope.capture.tables import TABLES, TIME_COLUMNS
 
@@ -156,8 +156,7 @@ def export_parquet(paths: list[str], out_dir: str, force: bool = False) -> dict:
     Every capture's meta.json is checked before anything is written; each file is written whole
     or not at all, but a table that fails to read midway leaves the captures before it exported."""
     caps, seen = [], {}
-    for path in paths:
-        cap = Capture.open(path)
+    for path, cap in zip(paths, open_captures(paths)):
         start = _clock_pair(cap, "start", required=True)
         host = str(cap.meta.get("host") or "unknown")
         digest = hashlib.sha1(f"{host}|{cap.meta.get('boot_id')}|{start[0]}".encode()).hexdigest()[:8]

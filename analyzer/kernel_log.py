@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import os
 import re
 import zoneinfo
 
 import pyarrow as pa
 
+from slotscope.capture.files import NotAFile, open_regular
 from slotscope.capture.kmsg import FRAME, REPORT_LINE
+
+LOG_MAX_BYTES = 256 << 20      # a kernel log read whole (its lines become Python strings: ~5x in memory)
 
 LOG_SCHEMA = pa.schema([
     ("ts_mono_ns", pa.int64()), ("ts_utc_ns", pa.int64()), ("host", pa.string()), ("message", pa.string()),
@@ -122,13 +126,8 @@ class _Parser:
         return None, utc, m[9], m[11], False
 
 
-def _check_text(path: str) -> None:
+def _check_text(path: str, head: bytes) -> None:
     """Refuse a file that is not text, before reading it line by line."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8192)
-    except OSError as exc:
-        raise KernelLogError(f"{path}: cannot read kernel log ({exc.strerror or exc})") from None
     if head.startswith(b"\x1f\x8b") or head.startswith(b"\x28\xb5\x2f\xfd") or head.startswith(b"\xfd7zXZ"):
         raise KernelLogError(f"{path}: compressed file, not a text kernel log (decompress it first)")
     control = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
@@ -142,12 +141,22 @@ def read_kernel_log(path: str, year: int | None = None, tz: dt.tzinfo | str | No
     text), blank lines and journalctl's "-- ... --" markers are skipped, and another program's
     journal lines are dropped. `year` is that of the first line of journalctl's default format
     (default: this year); `tz` the zone of `dmesg -T` / journalctl's local times (default: UTC)."""
-    _check_text(path)
+    try:
+        fd, size = open_regular(path)     # not a FIFO (it would block) nor /dev/zero (it never ends)
+    except NotAFile as exc:
+        raise KernelLogError(f"{path}: cannot read kernel log ({exc})") from None
+    except OSError as exc:
+        raise KernelLogError(f"{path}: cannot read kernel log ({exc.strerror or exc})") from None
+    if size > LOG_MAX_BYTES:
+        os.close(fd)
+        raise KernelLogError(f"{path}: larger than {LOG_MAX_BYTES >> 20} MiB; give the lines of the incident "
+                             "(journalctl -k --since ... --until ...)")
     parser = _Parser(year, tz)
     mono, utc, host, msg = [], [], [], []
     kernel_lines, prev_kmsg = 0, False
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(fd, encoding="utf-8", errors="replace") as f:
+            _check_text(path, os.pread(fd, 8192, 0))
             for line in f:
                 line = line.rstrip("\r\n")
                 if "\x1b" in line:

@@ -9,15 +9,19 @@ TCP_FIELDS = ("srcport", "bind_count", "connect_count", "connect_time", "idle_ti
               "recvs", "bad_xids", "req_u", "bklog_u", "max_slots", "sending_u", "pending_u")
 
 
+def _count(word: str) -> bool:
+    return word.isascii() and word.isdigit()      # what int() reads (not "²", a digit to isdigit)
+
+
 def parse_section(text: str) -> dict:
     """One mount's section: {"ops": {op: {field: n}}, "xprt": [{field: n}]}."""
     ops, xprts = {}, []
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) > 2 and parts[0] == "xprt:" and parts[1] == "tcp":
+        if len(parts) > 2 and parts[0] == "xprt:" and parts[1] == "tcp" and all(map(_count, parts[2:])):
             xprts.append(dict(zip(TCP_FIELDS, map(int, parts[2:]))))
         elif parts and parts[0].endswith(":") and parts[0][:-1].isupper() and parts[1:] \
-                and all(p.isdigit() for p in parts[1:]):
+                and all(map(_count, parts[1:])):
             ops[parts[0][:-1]] = dict(zip(OP_FIELDS, map(int, parts[1:])))
     return {"ops": ops, "xprt": xprts}
 

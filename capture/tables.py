@@ -112,6 +112,17 @@ TIME_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The columns a row means nothing without: its times, and what an RPC or a syscall was and how it
+# ended. A segment without one of them, or with nulls in one, is damaged and skipped; a segment
+# without another column reads it as nulls (it is from before the column was added).
+ESSENTIAL: dict[str, tuple[str, ...]] = {
+    **TIME_COLUMNS,
+    "rpc": TIME_COLUMNS["rpc"] + ("procname", "complete", "status", "timeouts", "execute_ns", "io_count",
+                                  "io_stable"),
+    "syscall": TIME_COLUMNS["syscall"] + ("syscall", "latency_ns"),
+}
+
+
 def newest(table: str) -> tuple[int, pa.Schema]:
     """The major version the writer writes, and its schema."""
     major = max(TABLES[table])

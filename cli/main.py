@@ -92,15 +92,16 @@ def _analyze(args) -> int:
         result = analyze(job, slotscope_version(), thresholds, log, args.rank or None)
         if args.html:
             from slotscope.analyzer.report_html import write_html
-            write_html(job, result, args.html)
+            try:
+                write_html(job, result, args.html)
+            except UnsafePath as exc:      # its message names the path and why
+                print(f"slotscope: {exc.strerror}", file=sys.stderr)
+                return 1
+            except OSError as exc:
+                print(f"slotscope: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
+                return 1
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
-        return 1
-    except UnsafePath as exc:
-        print(f"slotscope: {exc.strerror}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"slotscope: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
         return 1
     if args.json:
         json.dump(result, sys.stdout, indent=2)

@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict
 
 from slotscope.analyzer.job import Job
+from slotscope.capture.meta import CaptureError
 from slotscope.analyzer.timeline import JobSource
 from slotscope.analyzer.view import Overview, overview
 
@@ -55,9 +56,10 @@ class ThreadAnalyst:
                     while len(self.cache) > CACHE_RESULTS:
                         self.cache.popitem(last=False)
                 return result
-            except Exception as exc:  # a capture being replaced, a damaged segment: the banner says so
-                raise AnalysisError(str(exc) if str(exc).startswith("/") else f"{type(exc).__name__}: {exc}") \
-                    from None
+            except CaptureError as exc:     # a live capture that turned bad (a newer table...): the banner says so
+                raise AnalysisError(str(exc)) from None
+            except Exception as exc:        # a capture being replaced under us: the banner says so
+                raise AnalysisError(f"{type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
         pass
@@ -78,6 +80,8 @@ def serve() -> None:
     paths, version = pickle.load(inp)
     try:
         analyst, failure = ThreadAnalyst(Job.open(paths), version), None
+    except CaptureError as exc:         # the UI opened it a moment ago: it changed since
+        analyst, failure = None, str(exc)
     except Exception as exc:
         analyst, failure = None, f"{type(exc).__name__}: {exc}"
     frozen = False

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import os
 
 import pyarrow as pa
 import pytest
@@ -250,9 +251,22 @@ def test_missing_file(tmp_path):
     assert "\n" not in str(exc.value) and isinstance(exc.value, ValueError)
 
 
-def test_directory_is_not_a_log(tmp_path):
-    with pytest.raises(KernelLogError, match="cannot read"):
-        read_kernel_log(str(tmp_path))
+@pytest.mark.timeout(10)        # a FIFO opened for reading the plain way waits for a writer forever
+@pytest.mark.parametrize("make,kind", [
+    (lambda d: d, "a directory"),
+    (lambda d: os.mkfifo(d / "log") or d / "log", "a FIFO"),
+    (lambda d: os.symlink("/dev/zero", d / "log") or d / "log", "a character device"),   # it never ends
+], ids=["directory", "fifo", "dev_zero"])
+def test_only_a_regular_file_is_a_log(tmp_path, make, kind):
+    with pytest.raises(KernelLogError, match=rf"cannot read kernel log \({kind}, not a regular file\)"):
+        read_kernel_log(str(make(tmp_path)))
+
+
+def test_a_log_too_big_is_refused(tmp_path, monkeypatch):
+    from slotscope.analyzer import kernel_log
+    monkeypatch.setattr(kernel_log, "LOG_MAX_BYTES", 1 << 20)
+    with pytest.raises(KernelLogError, match="larger than 1 MiB"):
+        read_kernel_log(write(tmp_path, DMESG_FSYNC * ((2 << 20) // len(DMESG_FSYNC))))
 
 
 def test_binary_and_compressed_files(tmp_path):

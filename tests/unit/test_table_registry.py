@@ -17,7 +17,7 @@ from slotscope.agent.samplers import SamplerThread
 from slotscope.analyzer.export import export_parquet
 from slotscope.capture.format import PARTIAL_RE, SCHEMA_KEY, SEGMENT_RE, schema_tag
 from slotscope.capture.reader import Capture
-from slotscope.capture.tables import TABLES, TIME_COLUMNS, newest, schema
+from slotscope.capture.tables import ESSENTIAL, TABLES, TIME_COLUMNS, newest, schema
 from slotscope.capture.writer import CaptureWriter
 from unit_helpers import meta, run_slotscope
 
@@ -27,9 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def one_row(name: str) -> pa.Table:
-    """A row of the table's schema: times 1 s after the capture's start, the rest null."""
-    times = {col: 1_000_001_000 for col in TIME_COLUMNS[name]}
-    return pa.Table.from_pylist([times], schema=schema(name))
+    """A row of the table's schema: times 1 s after the capture's start, the other columns every
+    row needs 0 or "x", the rest null."""
+    row = {f.name: 0 if pa.types.is_integer(f.type) else "x" for f in schema(name) if f.name in ESSENTIAL[name]}
+    row.update({col: 1_000_001_000 for col in TIME_COLUMNS[name]})
+    return pa.Table.from_pylist([row], schema=schema(name))
 
 
 def capture_with_every_table(path: str) -> str:
@@ -57,7 +59,8 @@ def test_every_table_has_its_time_columns_declared():
     for name, columns in TIME_COLUMNS.items():
         assert name in TABLES
         assert set(columns) <= set(schema(name).names), name
-    assert set(TIME_COLUMNS) == set(TABLES)
+        assert set(ESSENTIAL[name]) <= set(schema(name).names), name
+    assert set(TIME_COLUMNS) == set(TABLES) == set(ESSENTIAL)
 
 
 def test_every_registry_table_round_trips(tmp_path):
