@@ -25,7 +25,8 @@ from .safepath import UnsafePath, open_parent
 from .tables import newest
 
 SEGMENT_SECONDS = 1.0
-ACCOUNTING = ("loss", "agent")   # still written past the size limit: they say what it cost
+# Still written past the size limit: small, and they say whose the rows are and what was lost.
+ALWAYS_WRITTEN = ("procs", "loss", "agent")
 
 
 class CaptureWriteError(Exception):
@@ -273,11 +274,15 @@ class CaptureWriter:
 
     def append(self, name: str, table: pa.Table | pa.RecordBatch) -> None:
         """Write rows; from the first rows that would take the capture past max_bytes on, count
-        them in `dropped` instead (but for the capture's own accounting, a row a second at most)."""
-        if self.max_bytes is not None and name not in ACCOUNTING and (
+        them in `dropped` instead (the rows of that batch that fit are written)."""
+        if self.max_bytes is not None and name not in ALWAYS_WRITTEN and (
                 self.dropped or self.size_bytes() + table.nbytes > self.max_bytes):
-            self.dropped[name] = self.dropped.get(name, 0) + table.num_rows
-            return
+            room = max(0, self.max_bytes - self.size_bytes()) if not self.dropped else 0
+            keep = min(table.num_rows, table.num_rows * room // max(1, table.nbytes))   # the rows that fit
+            self.dropped[name] = self.dropped.get(name, 0) + table.num_rows - keep
+            if not keep:
+                return
+            table = table.slice(0, keep)
         self._guard(name, lambda: self._table(name).append(table))
 
     def tick(self) -> None:
