@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slotscope.capture.format import FORMAT_MAJOR
+from slotscope.capture.reader import verified
 
 from .attribution import attributed_rpcs
 from .findings import Context, find, verdict
@@ -162,6 +163,7 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
             "start": iso_utc((c.meta.get("start") or {}).get("realtime_ns")),
             "end": iso_utc((c.meta.get("stop") or {}).get("realtime_ns")),
             "lost_events": job.lost_events(c),
+            "verified": verified(c.meta),
         } for c in job.captures],
         "verdict": None if nothing else verdict(findings),
         "findings": [f.as_json() for f in findings],

@@ -159,6 +159,7 @@ def render_text(result: dict) -> str:
     for cap in result["captures"]:
         out += _wrap(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
                      f"{cap['start'] or '?'} .. {cap['end'] or 'still recording'}, "
-                     f"{cap['lost_events']} events lost", "")
+                     f"{cap['lost_events']} events lost"
+                     + ("" if cap.get("verified", True) else ", segments not verified (written before checksums)"), "")
     out += [f"problem: {p}" for p in result["problems"]]     # unwrapped: they name paths
     return "\n".join(out)

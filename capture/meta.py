@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
 from .files import NotAFile, read_capped, why
-from .format import FORMAT_MAJOR, FORMAT_NAME, META_FILE
+from .format import FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME, META_FILE
 
 META_MAX_BYTES = 32 << 20      # the largest meta.json read (mountstats of a few thousand mounts fit)
 
@@ -28,7 +28,7 @@ def slotscope_version() -> str:
 
 def new_meta() -> dict:
     """The keys that make a meta.json a capture's, at this format version."""
-    return {"format": FORMAT_NAME, "schema_version": FORMAT_MAJOR}
+    return {"format": FORMAT_NAME, "schema_version": FORMAT_MAJOR, "format_minor": FORMAT_MINOR}
 
 
 # ---- the shape readers rely on ----------------------------------------------------------------
@@ -63,7 +63,7 @@ MOUNT = {"mountpoint": str, "source": str, "fstype": str, "dev": Int, "vers": (s
          "nconnect": (Decimal, None), "wsize": (Decimal, None), "rsize": (Decimal, None), "hard": bool,
          "timeo": (Decimal, None), "retrans": (Decimal, None), "server": (str, None), "options": str}
 SHAPE = {
-    "format": str, "schema_version": Int, "slotscope_version": str,
+    "format": str, "schema_version": Int, "format_minor": Int, "slotscope_version": str,
     "host": str, "boot_id": (str, None), "kernel": str, "command": str, "agent_pid": Int,
     "start": CLOCK_PAIR, "stop": CLOCK_PAIR, "stop_reason": str,
     "filters": dict, "probes": dict, "totals": dict,

@@ -14,12 +14,13 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+import zlib
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from .files import NotAFile, open_regular, why
-from .format import ARROW_MAGIC, PARTIAL_RE, SCHEMA_KEY, SEGMENT_RE
+from .format import ARROW_MAGIC, CHECKSUMS, FORMAT_MINOR, PARTIAL_RE, SCHEMA_KEY, SEGMENT_RE
 from .ipc import batch_claim
 from .meta import CaptureError, read_meta
 from .tables import ESSENTIAL, TABLES
@@ -36,6 +37,7 @@ class Capture:
     path: str
     meta: dict
     problems: list[str] = field(default_factory=list)
+    _sums: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     whole = True        # the whole capture (views of a part of it say False)
 
@@ -126,6 +128,12 @@ class Capture:
         if opened is None:
             return None
         rel, buf, reader = opened
+        # A segment of its recorded size whose bytes differ holds a wrong value somewhere: no batch
+        # of it can be trusted. One cut short or grown is left to the salvage below, which says so.
+        expected = self._checksum(table, os.path.basename(seg))
+        if expected is not None and expected[0] == buf.size and zlib.crc32(memoryview(buf)) != expected[1]:
+            self._problem(f"{rel}: checksum mismatch (damaged on disk), skipped")
+            return None
         budget = max(DECODE_FLOOR, DECODE_RATIO * buf.size)
         batches, refused, damage = _whole_batches(buf, reader, budget)
         rows = sum(b.num_rows for b in batches)
@@ -235,10 +243,54 @@ class Capture:
         schema = pa.schema(list(declared) + extra, metadata=t.schema.metadata)
         return pa.Table.from_arrays(cols + [t.column(f.name) for f in extra], schema=schema)
 
+    @property
+    def verified(self) -> bool:
+        return verified(self.meta)
+
+    def _checksum(self, table: str, name: str) -> tuple[int, int] | None:
+        """(size, CRC-32) the writer recorded for a segment; None for a segment it has not (a
+        capture before checksums, or a crash before the line): read unverified."""
+        sums = self._sums.get(table)
+        if sums is None or name not in sums:   # a capture being written adds lines
+            sums = self._sums[table] = _read_checksums(os.path.join(self.path, table, CHECKSUMS))
+        return sums.get(name)
+
     def _problem(self, text: str) -> None:
         """Each problem once, however often its table is read (the TUI re-reads every refresh)."""
         if text not in self.problems:
             self.problems.append(text)
+
+
+def verified(meta: dict) -> bool:
+    """The capture's segments carry checksums (format 1.1): a flipped byte is found, not read
+    as data."""
+    minor = meta.get("format_minor", 0)
+    return isinstance(minor, int) and minor >= FORMAT_MINOR
+
+
+CHECKSUMS_MAX = 16 << 20      # a line per segment: years of segments
+
+
+def _read_checksums(path: str) -> dict[str, tuple[int, int]]:
+    """The lines of a table's checksums file; lines that are not one are ignored (the segments
+    they would name read unverified)."""
+    try:
+        fd, size = open_regular(path, follow=False)
+    except (OSError, NotAFile):
+        return {}
+    try:
+        text = os.read(fd, min(size, CHECKSUMS_MAX)).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    sums = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and SEGMENT_RE.match(parts[0]) and parts[1].isdigit():
+            try:
+                sums[parts[0]] = (int(parts[1]), int(parts[2], 16))
+            except ValueError:
+                continue
+    return sums
 
 
 def _short(exc: BaseException) -> str:

@@ -17,10 +17,11 @@ import json
 import os
 import stat
 import time
+import zlib
 
 import pyarrow as pa
 
-from .format import META_FILE, PARTIAL_RE, SEGMENT_RE, partial_name, schema_tag, segment_name
+from .format import CHECKSUMS, META_FILE, PARTIAL_RE, SEGMENT_RE, partial_name, schema_tag, segment_name
 from .safepath import UnsafePath, open_parent
 from .tables import newest
 
@@ -139,7 +140,7 @@ class CaptureDir:
                 sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
                 try:
                     for seg in os.listdir(sub):
-                        if SEGMENT_RE.match(seg) or PARTIAL_RE.match(seg):
+                        if SEGMENT_RE.match(seg) or PARTIAL_RE.match(seg) or seg == CHECKSUMS:
                             os.unlink(seg, dir_fd=sub)
                             removed += 1
                 finally:
@@ -180,6 +181,8 @@ class TableWriter:
         self.name = name
         self.schema = schema.with_metadata({**(schema.metadata or {}), **schema_tag(name, major)})
         self.dir_fd = capture.subdir(name)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.sums_fd = os.open(CHECKSUMS, flags, capture.file_mode, dir_fd=self.dir_fd)
         self.seq = 0
         self.rows = 0
         self.segments = 0
@@ -228,6 +231,8 @@ class TableWriter:
             f.flush()
             os.fsync(f.fileno())
         os.rename(partial_name(self.seq), segment_name(self.seq), src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        # Not fsynced: a line lost in a crash leaves its segment unverified, not damaged.
+        os.write(self.sums_fd, f"{segment_name(self.seq)} {data.size} {zlib.crc32(data):08x}\n".encode())
         self.closed_bytes += data.size
         self.segments += 1
 
@@ -242,6 +247,7 @@ class TableWriter:
                 os.unlink(partial_name(self.seq), dir_fd=self.dir_fd)
             except OSError:
                 pass
+            os.close(self.sums_fd)
             os.close(self.dir_fd)
 
 

@@ -11,7 +11,7 @@ import pytest
 from slotscope.capture import writer as cw
 from slotscope.capture.writer import CaptureWriter
 from slotscope.capture.tables import AGENT, SYSCALL, newest
-from slotscope.capture.format import ARROW_MAGIC, SCHEMA_KEY
+from slotscope.capture.format import ARROW_MAGIC, CHECKSUMS, SCHEMA_KEY
 from slotscope.capture.reader import Capture
 
 from unit_helpers import loss_table, meta, proc, procs_table, sc, syscall_table
@@ -44,7 +44,8 @@ def umask():
 
 
 def _ls(folder) -> list[str]:
-    return sorted(os.listdir(folder))
+    """A folder's files, but for the segments' checksums (tests/unit/test_checksums.py)."""
+    return sorted(name for name in os.listdir(folder) if name != CHECKSUMS)
 
 
 def _agent_rows(n: int, start: int = 0) -> pa.Table:

@@ -102,7 +102,7 @@ def test_force_leaves_no_segment_of_an_earlier_capture(tmp_path):
     left = [os.path.join(d, f) for d, _, files in os.walk(path) for f in files]
     assert [f for f in left if SEGMENT_RE.match(os.path.basename(f)) or PARTIAL_RE.match(os.path.basename(f))] == []
     assert sorted(os.path.relpath(f, path) for f in left) == [".lock", "files/notes.txt", "future_table/notes.txt"]
-    assert w.replaced == 1 + len(TABLES) + 4
+    assert w.replaced == 1 + 2 * len(TABLES) + 4      # meta.json, each table's segment and checksums
 
 
 def test_a_capture_with_the_old_files_table_still_reads(tmp_path, build_capture):
