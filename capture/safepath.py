@@ -19,6 +19,29 @@ class UnsafePath(OSError):
     """A path that must not be written through; str() is the one line to show."""
 
 
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class LinkFound(Exception):
+    """open_subdir met a symbolic link; `st` is its lstat."""
+
+    def __init__(self, st: os.stat_result):
+        super().__init__("a symbolic link")
+        self.st = st
+
+
+def open_subdir(name: str, dir_fd: int) -> int:
+    """The fd of directory `name` in dir_fd, never through a link: LinkFound when it is one."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            st = os.lstat(name, dir_fd=dir_fd)
+            if stat.S_ISLNK(st.st_mode):
+                raise LinkFound(st) from None
+        raise
+
+
 def _trusted(st: os.stat_result) -> bool:
     return st.st_uid in (0, os.geteuid())
 
@@ -35,13 +58,9 @@ def open_dir(path: str) -> int:
             if part == ".":
                 continue
             try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                st = os.lstat(part, dir_fd=fd)
-                if not stat.S_ISLNK(st.st_mode):
-                    raise
+                nfd = open_subdir(part, fd)
+            except LinkFound as link:
+                st = link.st
                 where = f"{walked}/{part}"
                 if not _trusted(st):
                     raise UnsafePath(errno.EPERM, f"{where} is a symbolic link owned by uid {st.st_uid}; "

@@ -15,14 +15,13 @@ import errno
 import fcntl
 import json
 import os
-import stat
 import time
 import zlib
 
 import pyarrow as pa
 
 from .format import CHECKSUMS, META_FILE, PARTIAL_RE, SEGMENT_RE, partial_name, schema_tag, segment_name
-from .safepath import UnsafePath, open_parent
+from .safepath import LinkFound, UnsafePath, open_parent, open_subdir
 from .tables import newest
 
 SEGMENT_SECONDS = 1.0
@@ -78,12 +77,10 @@ class CaptureDir:
             except FileExistsError:
                 pass
             try:
-                fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                if stat.S_ISLNK(os.lstat(base, dir_fd=pfd).st_mode):
-                    raise _refuse(path, "is a symbolic link; refusing to write a capture through it") from None
+                fd = open_subdir(base, pfd)
+            except LinkFound:
+                raise _refuse(path, "is a symbolic link; refusing to write a capture through it") from None
+            except NotADirectoryError:
                 raise _refuse(path, "exists and is not a directory") from None
         finally:
             os.close(pfd)

@@ -346,28 +346,28 @@ def test_sigusr1_ends_the_capture_and_starts_the_next(tmp_path):
     assert not (tmp_path / "cap-4").exists()
 
 
-def test_sigusr1_without_a_number_is_ignored(tmp_path):
-    agent = start_slotscope("record", "-o", str(tmp_path / "cap"), "--path", str(tmp_path), "-q")
-    wait_recording(agent)
-    agent.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
-    assert agent.poll() is None
-    agent.send_signal(signal.SIGINT)
-    assert agent.wait(60) == 0
-    assert "SIGUSR1 ignored: -o has no {n}" in agent.stderr.read()
-    assert Capture.open(str(tmp_path / "cap")).meta["stop_reason"] == "SIGINT"
-
-
-def test_a_next_capture_that_cannot_be_created_keeps_the_current_one(tmp_path):
-    (tmp_path / "cap-2").mkdir()
-    (tmp_path / "cap-2" / "notes.txt").write_text("someone's file")
-    agent = start_slotscope("record", "-o", str(tmp_path / "cap-{n}"), "--path", str(tmp_path), "-q")
+def _sigusr1_then_sigint(output: str, path) -> str:
+    """SIGUSR1 to an agent recording to `output`, then Ctrl-C once it is clear that it went on:
+    -> its stderr."""
+    agent = start_slotscope("record", "-o", output, "--path", str(path), "-q")
     wait_recording(agent)
     agent.send_signal(signal.SIGUSR1)
     time.sleep(1.5)
     assert agent.poll() is None
     agent.send_signal(signal.SIGINT)
     assert agent.wait(60) == 0
-    assert f"no next capture: {tmp_path}/cap-2" in agent.stderr.read()
+    return agent.stderr.read()
+
+
+def test_sigusr1_without_a_number_is_ignored(tmp_path):
+    assert "SIGUSR1 ignored: -o has no {n}" in _sigusr1_then_sigint(str(tmp_path / "cap"), tmp_path)
+    assert Capture.open(str(tmp_path / "cap")).meta["stop_reason"] == "SIGINT"
+
+
+def test_a_next_capture_that_cannot_be_created_keeps_the_current_one(tmp_path):
+    (tmp_path / "cap-2").mkdir()
+    (tmp_path / "cap-2" / "notes.txt").write_text("someone's file")
+    err = _sigusr1_then_sigint(str(tmp_path / "cap-{n}"), tmp_path)
+    assert f"no next capture: {tmp_path}/cap-2" in err
     assert Capture.open(str(tmp_path / "cap-1")).meta["stop_reason"] == "SIGINT"
     assert os.listdir(tmp_path / "cap-2") == ["notes.txt"]

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from slotscope.agent.layouts import PROC_EVENT, PROC_EXEC, SYS_EVENT
+from slotscope.agent.layouts import PROC_EXEC, SYS_EVENT
 from slotscope.agent.probes import SyscallProbes, wake_every
 from livehelp import ask, python_child, syscall_probes_on
 
