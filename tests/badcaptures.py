@@ -13,6 +13,7 @@ What a case must get, from analyze, analyze --json, dump, export --parquet and t
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import pickle
@@ -551,12 +552,7 @@ def _serve() -> None:
     import slotscope.cli.main  # noqa: F401
     import slotscope.tui.app  # noqa: F401
     import pyarrow.csv  # noqa: F401
-    # and what they import lazily: the user `nobody` may not read this interpreter's library
-    # (a Python built under /root)
-    import email.parser  # noqa: F401
-    import termios  # noqa: F401
-    import tty  # noqa: F401
-    import concurrent.futures.thread  # noqa: F401
+    _warm_up()
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
@@ -565,6 +561,55 @@ def _serve() -> None:
             return
         pickle.dump(vars(_fork(argv, as_nobody)), out)      # plain data: this module is __main__ here
         out.flush()
+
+
+def _warm_up() -> None:
+    """Import here what every command imports, lazily too, so that it is loaded before a child
+    drops to the user `nobody`, who may not read this interpreter's library or the checkout's
+    venv (a fresh clone in a 0700 temporary directory, a Python under /root). The commands run
+    once on the intact sample in a throwaway child, which names the modules they loaded; only
+    the imports happen here (a command run here would leave its state to every child)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        sample = str(SAMPLE)
+        with tempfile.TemporaryDirectory() as tmp:
+            for argv in (["analyze", sample], ["analyze", "--json", sample], ["dump", sample, "-t", "rpc"],
+                         ["export", sample, "--parquet", os.path.join(tmp, "out")], ["top", sample]):
+                _child_modules(argv, w)
+        os._exit(0)
+    os.close(w)
+    # The one file `top` reads at its start, read here for the same reason.
+    from slotscope.tui.app import TopApp
+    TopApp.CSS = (Path(sys.modules[TopApp.__module__].__file__).parent / TopApp.CSS_PATH).read_text()
+    TopApp.CSS_PATH = None
+    with os.fdopen(r) as names:
+        for name in names.read().split():
+            try:
+                importlib.import_module(name)
+            except Exception:   # a module that imports only in its own context: not needed first
+                pass
+    os.waitpid(pid, 0)
+
+
+def _child_modules(argv: list[str], w: int) -> None:
+    """Run a command in a child with its output discarded; write the modules it loaded to w."""
+    pid = os.fork()
+    if pid == 0:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        import slotscope.tui.app
+        from slotscope.cli.main import main
+        slotscope.tui.app.run_app = _headless_top
+        try:
+            main(argv)
+        except BaseException:
+            pass
+        os.write(w, " ".join(sorted(sys.modules)).encode() + b" ")
+        os._exit(0)
+    os.waitpid(pid, 0)
 
 
 def _fork(argv: list[str], as_nobody: bool) -> Result:
@@ -595,7 +640,11 @@ def _child(argv: list[str], as_nobody: bool, out: int, err: int) -> None:
         os.dup2(out, 1)
         os.dup2(err, 2)
         sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+        # The limit on what the command may add: the server's own address space (the imports)
+        # is not the command's.
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + MEMORY_BYTES, mapped + MEMORY_BYTES))
         faulthandler.dump_traceback_later(TIMEOUT_S - 1)      # where it hangs, if it does
         if as_nobody:
             os.setgroups([])
