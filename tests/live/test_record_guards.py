@@ -169,3 +169,22 @@ def test_short_lived_ranks_are_named(tmp_path):
     ranks = {r["rank"]: r for r in json.loads(out.stdout)["ranks"] if r["rank"] is not None}
     assert sorted(ranks) == list(range(200)), sorted(ranks)
     assert all(r["bytes_written"] == 2 for r in ranks.values())
+
+
+def test_secrets_in_a_traced_shell_command_are_redacted(tmp_path):
+    """The command line of the agent and of a traced process, as a shell string with secrets in
+    it: neither meta.json nor the procs table keeps them."""
+    d = tmp_path / "d"
+    d.mkdir()
+    script = (f"echo x > {d}/f --password hunter2 token=abcd; "
+              f"export AWS_SECRET_ACCESS_KEY=wJalrXUtn; mysql -pS3cr3t 2>/dev/null; true")
+    res = slotscope("record", "-o", str(tmp_path / "cap"), "--path", str(d), "-q", "--", "sh", "-c", script)
+    assert res.returncode == 0, res.stderr
+    cap = Capture.open(str(tmp_path / "cap"))
+    stored = cap.meta["command"] + " ".join(p["cmdline"] for p in cap.read("procs").to_pylist())
+    assert "echo x" in stored and "--password" in stored
+    for secret in ("hunter2", "abcd", "wJalrXUtn", "S3cr3t"):
+        assert secret not in stored, stored
+    raw = (tmp_path / "cap" / "meta.json").read_bytes() + b"".join(
+        p.read_bytes() for p in (tmp_path / "cap" / "procs").glob("*.arrow"))
+    assert b"hunter2" not in raw and b"wJalrXUtn" not in raw
