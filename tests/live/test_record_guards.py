@@ -141,8 +141,8 @@ def test_max_size_bounds_a_write_storm_and_counts_the_rest_as_lost(tmp_path):
 
 
 def test_reports_and_exports_written_as_root_follow_no_planted_link(shared_tmp):
-    """analyze --html and export --parquet, run as root: not through a link another user planted
-    on the way, not over another user's file."""
+    """analyze --html, export --parquet and demo --keep, run as root: not through a link another
+    user planted on the way, not over another user's file."""
     from slotscope.cli.demo import sample_path
     subprocess.run([*NOBODY, "mkdir", str(shared_tmp / "theirs")], check=True)
     subprocess.run([*NOBODY, "ln", "-s", str(shared_tmp / "theirs"), str(shared_tmp / "evilp")], check=True)
@@ -150,6 +150,9 @@ def test_reports_and_exports_written_as_root_follow_no_planted_link(shared_tmp):
     for args in (["analyze", sample_path(), "--html", str(shared_tmp / "evilp" / "r.html")],
                  ["export", sample_path(), "--parquet", str(shared_tmp / "evilp" / "out")]):
         _one_line_error(slotscope(*args), f"{shared_tmp}/evilp is a symbolic link owned by uid 65534")
+    res = slotscope("demo", "--keep", str(shared_tmp / "evilp" / "cap"))    # its capture, kept where asked
+    assert res.returncode == 1 and f"{shared_tmp}/evilp is a symbolic link owned by uid 65534" in res.stderr
+    assert "Traceback" not in res.stderr
     assert os.listdir(shared_tmp / "theirs") == []
     res = slotscope("analyze", sample_path(), "--html", str(shared_tmp / "report.html"))
     assert res.returncode == 1 and "belongs to uid 65534; not replacing it" in res.stderr
