@@ -69,14 +69,18 @@ def _monotonic_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
+def _existing_part(path: str) -> str:
+    """The longest leading part of an absolute path that exists (an output is made later)."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
 def _refuse_traced_output(output: str, file_filter: FileFilter) -> None:
     """Never write the capture onto an NFS mount being traced: it would trace itself
     and could hang on the very server it diagnoses."""
     target = os.path.abspath(output)
-    probe = target
-    while not os.path.lexists(probe):
-        probe = os.path.dirname(probe)
-    mount = MountTable.read().find(os.path.realpath(probe))
+    mount = MountTable.read().find(os.path.realpath(_existing_part(target)))
     if mount and mount.is_nfs and file_filter.matches(target + "/meta.json", mount.fstype):
         raise RecordError(f"{output} is on the NFS mount {mount.mountpoint} that is being traced; "
                           f"write the capture to a local disk")
@@ -84,10 +88,7 @@ def _refuse_traced_output(output: str, file_filter: FileFilter) -> None:
 
 def _half_the_free_space(path: str) -> int:
     """--max-size's default: half what the output's filesystem has free at the capture's start."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    st = os.statvfs(probe)
+    st = os.statvfs(_existing_part(os.path.abspath(path)))
     return st.f_bavail * st.f_frsize // 2
 
 
