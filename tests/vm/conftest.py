@@ -40,7 +40,7 @@ def _reusable(out, spec):
     """A stored, successful run of the same options made from the same sources."""
     rec = _read_json(out / "scenario.json")
     return bool(rec and rec.get("spec") == spec and rec.get("source_key") == source_key()
-                and rec.get("server_bytes") == expected_bytes(spec) and not (out / "error.txt").exists()
+                and rec.get("server_bytes") == expected_bytes(spec, rec.get("ranks", ())) and not (out / "error.txt").exists()
                 and (not spec["agent"] or (out / "capture" / "meta.json").exists()))
 
 

@@ -30,6 +30,7 @@ RESULTS = JOB / "out"
 OUT = RESULTS   # the running scenario's results directory (main() sets it)
 SRC = Path("/src")
 VENV_PY = "/opt/slotscope-venv/bin/python"
+TORCHRUN = "/opt/slotscope-venv/bin/torchrun"
 SERVER, CLIENT = "10.0.0.1", "10.0.0.2"
 CLI = ["nsenter", "--net=/run/netns/cli"]
 EXPORT = Path("/export")
@@ -446,6 +447,49 @@ def writers(spec, subdir=None, agent=None):
 run_writers = timed("writers")(writers)
 
 
+def client_job(spec, agent=None):
+    """The real checkpointing job (clients.py) launched as users launch it, torchrun with
+    gloo; returns (ranks, usage) as writers() does, each rank with its saves as it timed them."""
+    name = "+".join(spec["clients"])
+    results = Path("/var/tmp/client-results")
+    shutil.rmtree(results, ignore_errors=True)
+    results.mkdir()
+    cmd = [*CLI, TORCHRUN, "--standalone", "--nproc-per-node", str(spec["ranks"]), str(JOB / "guest/clients.py"),
+           *(arg for c in spec["clients"] for arg in ("--client", c)), "--dir", f"{MNT}/{CKPT}",
+           "--state-mb", str(spec["state_mb"]),
+           "--saves", str(spec["saves"]), "--save-every", str(spec["save_every"]), "--results", str(results)]
+    meter = Usage(agent)
+    t_go = time.monotonic()
+    usage0 = meter.read()
+    with open(OUT / "client.log", "w") as out:
+        job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        log(f"{name}: {' '.join(cmd)}")
+        try:
+            rc = job.wait(spec["writer_timeout"])
+        except subprocess.TimeoutExpired:
+            dump_hang({"torchrun": job})
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+            raise ScenarioError(f"{name} still running after {spec['writer_timeout']} s "
+                                f"(blocked tasks and stacks in hang.txt, its output in client.log)") from None
+    used = meter.since(usage0)
+    used["seconds"] = round(time.monotonic() - t_go, 3)
+    meter.close()
+    if rc != 0:
+        tail = "\n".join((OUT / "client.log").read_text(errors="replace").splitlines()[-15:])
+        raise ScenarioError(f"{name} (torchrun) {exit_status(rc)}:\n{tail}")
+    ranks = []
+    for rank in range(spec["ranks"]):
+        r = json.loads((results / f"rank{rank}.json").read_text())
+        r["wall_s"] = round(sum(s["wall_s"] for s in r["saves"]), 4)
+        r["files"] = {f: n for s in r["saves"] for f, n in s["files"].items()}
+        ranks.append(r)
+    return ranks, used
+
+
+run_client = timed("writers")(client_job)
+
+
 class Usage:
     """Cumulative CPU time (ns): the guest's busy time over all CPUs, and, with an agent,
     its process's user+system time and the run time of its BPF programs (run_time_ns in
@@ -602,7 +646,11 @@ def run_one(spec, agent):
                     shutil.rmtree(agent.next(spec["agent_start_timeout"]))
                     timings["agent_start"] = round(time.monotonic() - t, 2)
             capture = agent.capture if agent else None
-            result["ranks"], result["freeze_window_s"], result["writers_usage"] = run_writers(spec, agent=agent)
+            if spec.get("clients"):
+                result["ranks"], result["writers_usage"] = run_client(spec, agent=agent)
+                result["freeze_window_s"] = None
+            else:
+                result["ranks"], result["freeze_window_s"], result["writers_usage"] = run_writers(spec, agent=agent)
             if agent:
                 t = time.monotonic()
                 agent.next(spec["agent_stop_timeout"])

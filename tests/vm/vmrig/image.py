@@ -28,7 +28,7 @@ VM_DIR = Path(__file__).resolve().parent.parent
 REPO = VM_DIR.parent.parent
 BOOTFILES = VM_DIR / "bootfiles"
 CACHE_ROOT = Path(os.environ.get("SLOTSCOPE_VM_CACHE", "/var/cache/slotscope/vm"))
-KEEP_ENTRIES = 3  # finished images kept; each is ~1.5 GB
+KEEP_ENTRIES = 3  # finished images kept; each is ~2.5 GB (1 GB of it torch)
 
 VENV = "/opt/slotscope-venv"
 PACKAGES = [
@@ -43,6 +43,11 @@ KERNELS = {"6.1": "bookworm-security", "6.12": "bookworm-backports"}
 # crc32c_generic is only a soft dependency of ext4, so it is named).
 INITRD_MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4"]
 FREE_SPACE = 3 << 30  # room in the root filesystem for exported files and captures
+# The real checkpoint clients (tests/vm/guest/clients.py). The index's default torch is the
+# CUDA build (5.5 GB with its nvidia wheels); the CPU build is one 192 MB wheel, found by the
+# host's pip (its settings name where), which the image's pip, run clean, does not see.
+TORCH = "torch==2.13.0+cpu"
+CLIENT_PACKAGES = ["safetensors"]
 
 
 class BuildError(RuntimeError):
@@ -182,15 +187,20 @@ def build(stage):
         for name, suite in KERNELS.items():
             kernels[name] = step(f"kernel {name}", install_kernel, ch, stage, suite)
         step("python venv", make_venv, ch)
+        clients = step("checkpoint clients", install_clients, ch, stage)
         ch("apt-get", "clean")
     shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
     shutil.copy(BOOTFILES / "vminit", root / "sbin/vminit")
     (root / "etc/hostname").write_text("vm\n")
+    # as Debian's installer writes it: torchrun and gloo look their host name up, and an
+    # unresolvable one costs a resolver timeout per lookup
+    (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n127.0.1.1\tvm\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     for name, k in kernels.items():
         step(f"initramfs {name}", make_initrd, root, stage, name, k["abi"])
     step("ext4 image", make_rootfs_image, root, stage / "rootfs.img")
     remove_tree(root)
-    return {"kernels": kernels, "dependencies": project_dependencies(), "step_seconds": step.times,
+    return {"kernels": kernels, "dependencies": project_dependencies(), "clients": clients,
+            "step_seconds": step.times,
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
@@ -215,6 +225,29 @@ def make_venv(ch):
     ch(f"{VENV}/bin/pip", "install", "-q", "--disable-pip-version-check",
        "setuptools>=70", *project_dependencies())
     ch(f"{VENV}/bin/python", "-c", "import bcc, pyarrow, numpy, pyroute2, textual, pytest")
+
+
+def install_clients(ch, stage):
+    """PyTorch (the CPU wheel, downloaded here) and safetensors into the venv; returns
+    their versions, or a one-line reason when there is no CPU build to be had (the image
+    is still built, and the real-client scenarios say why they cannot run)."""
+    wheels = ch.root / "tmp/wheels"
+    wheels.mkdir()
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
+                        "-d", wheels, TORCH], check=False, capture_output=True, text=True)
+    found = sorted(wheels.glob("torch-*.whl"))
+    if p.returncode != 0 or not found:
+        reason = (p.stderr.strip().splitlines() or ["no wheel"])[-1]
+        log(f"no CPU build of {TORCH} here, so no real checkpoint clients in the image: {reason}")
+        return {"missing": f"{TORCH}: {reason}"}
+    ch(f"{VENV}/bin/pip", "install", "-q", "--disable-pip-version-check",
+       f"/tmp/wheels/{found[0].name}", *CLIENT_PACKAGES)
+    shutil.rmtree(wheels)
+    out = ch(f"{VENV}/bin/python", "-c",
+             "import torch, safetensors; print(torch.__version__, safetensors.__version__)")
+    torch_version, st_version = out.split()
+    return {"torch": torch_version, "safetensors": st_version}
 
 
 def make_initrd(root, stage, name, abi):

@@ -18,6 +18,7 @@ from .image import REPO, VM_DIR, BuildError, ensure_image
 from .vm import Share, VMError, run_vm
 
 MODES = ("buffered", "fsync", "osync", "odirect")
+CLIENTS = ("torch-save", "dcp", "dcp-async", "safetensors")     # tests/vm/guest/clients.py
 OVERRIDE_KEYS = {"write-size": ("write_size", int), "mode": ("mode", str), "file-mb": ("file_mb", float)}
 
 
@@ -73,6 +74,14 @@ def parser():
     ap.add_argument("--files-per-rank", type=int, default=1)
     ap.add_argument("--rank-override", type=rank_override, action="append", default=[],
                     metavar="RANK:write-size=BYTES,mode=MODE", help="per-rank settings (repeatable)")
+    ap.add_argument("--client", choices=CLIENTS, action="append", default=[],
+                    help="a real checkpointing job instead of the rig's writers: --ranks ranks under torchrun "
+                         "(gloo), each saving a state dict of --state-mb with this library (guest/clients.py); "
+                         "repeatable: the one job saves with each in turn")
+    ap.add_argument("--state-mb", type=float, default=8, help="with --client: each rank's state dict")
+    ap.add_argument("--saves", type=int, default=1, help="with --client: saves, into step_<n>/ each")
+    ap.add_argument("--save-every", type=float, default=2, metavar="S",
+                    help="with --client: seconds of computing between two saves")
     ap.add_argument("--server-freeze-at", type=float, metavar="S",
                     help="seconds after the writers start to make the server unreachable")
     ap.add_argument("--server-freeze-for", type=float, metavar="S", help="how long it stays unreachable")
@@ -124,6 +133,10 @@ def check(ap, a):
             ap.error("--compare-agent, --compare-repeat: at least 1")
         if a.no_agent or a.server_freeze_at is not None:
             ap.error("--compare-agent runs the agent itself and cannot freeze the server")
+    if a.client and (a.compare_agent is not None or a.rank_override or a.server_freeze_at is not None):
+        ap.error("--client runs a real job: no --compare-agent, --rank-override or --server-freeze-at")
+    if a.state_mb <= 0 or a.saves < 1 or a.save_every < 0:
+        ap.error("--state-mb and --saves must be positive, --save-every not negative")
     for ev in a.ftrace:
         if ev.count(":") != 1 or "/" in ev or ".." in ev:
             ap.error(f"--ftrace {ev!r}: want SYSTEM:EVENT")
@@ -147,10 +160,17 @@ def spec_of(a):
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
         "compare_agent": a.compare_agent,
         "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,
+        "clients": a.client, **({"state_mb": a.state_mb, "saves": a.saves, "save_every": a.save_every}
+                                if a.client else {}),
     }
 
 
-def expected_bytes(spec):
+def expected_bytes(spec, ranks=()):
+    """What the server must hold after the scenario: the rig's writers write what the spec
+    says; a real client writes what its library makes of the state dict, which each rank
+    reports (`ranks` of scenario.json)."""
+    if spec.get("clients"):
+        return sum(r["bytes"] for r in ranks)
     total = 0
     for rank in range(spec["ranks"]):
         mb = spec["rank_overrides"].get(str(rank), {}).get("file_mb", spec["file_mb"])
@@ -334,7 +354,7 @@ def _scenario_record(name, spec, out, boot, sources, image, image_seconds, accel
               "clock": clock, "kernel_abi": image.manifest["kernels"][boot["kernel"]]["abi"],
               "host_seconds": {"image_check": image_seconds, "vm": boot["vm_seconds"]},
               "boot": boot, "boot_seconds": boot.get("boot_seconds"),
-              "expected_bytes": expected_bytes(spec), **guest}
+              "expected_bytes": expected_bytes(spec, guest.get("ranks", ())), **guest}
     (out / "scenario.json").write_text(json.dumps(record, indent=2) + "\n")
     if error:
         return ScenarioFailed(f"scenario {name} failed in the VM: {error}\n(see {out}/job.log and console.log)")
