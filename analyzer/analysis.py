@@ -10,11 +10,12 @@ from slotscope.capture.reader import verified
 
 from .attribution import attributed_rpcs
 from .findings import Context, find, verdict
-from .job import Job, iso_utc
+from .job import Job, between, iso_utc
 from .kernel_log import fingerprints
 from .mountstats import capture_deltas
 from .ranks import rank_table
 from .rpcs import by_proc
+from .saves import Save, find_saves, trend
 from .thresholds import Thresholds
 from .transports import transport_table
 from .units import gbps, mbps, pct
@@ -133,8 +134,32 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
     return out
 
 
+def save_report(save: Save, result: dict) -> dict:
+    """One save of the recording: what it wrote, and the analysis of its window (`result`)."""
+    wrote = [r for r in result["ranks"] if r["bytes_written"]]
+    slowest = max(wrote, key=lambda r: r["save_s"], default=None)
+    write = result["rpc"]["by_proc"].get("WRITE") or {}
+    return {
+        "number": save.number, "start": iso_utc(save.start_ns), "end": iso_utc(save.end_ns),
+        "seconds": save.seconds, "first_write": iso_utc(save.first_write_ns),
+        "directory": save.directory, "what": save.what["text"], "formats": save.what["formats"],
+        "bytes": save.bytes, "files": len(save.files), "renamed": save.renamed,
+        "ranks": len({(r["host"], r["rank"]) for r in wrote if r["rank"] is not None}),
+        "slowest_rank": slowest and {"rank": slowest["rank"], "host": slowest["host"], "pids": slowest["pids"],
+                                     "seconds": slowest["save_s"]},
+        "write_rpcs": write.get("count"),
+        "write_execute_ns": write["execute_ns"] / write["count"] if write.get("count") else None,
+        "slot_wait_ns": sum(r["slot_wait_ns"] or 0 for r in wrote) if any(r["slot_wait_ns"] is not None
+                                                                            for r in wrote) else None,
+        "flush_ns": sum(r["flush_ns"] for r in wrote),
+        "verdict": result["verdict"], "findings": result["findings"],
+    }
+
+
 def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
-            kernel_log: pa.Table | None = None, ranks_only: list[int] | None = None) -> dict:
+            kernel_log: pa.Table | None = None, ranks_only: list[int] | None = None,
+            each_save: bool = True) -> dict:
+    """The whole recording's analysis and, with each_save, the same for every save in it."""
     th = thresholds or Thresholds()
     ranks = rank_table(job)
     rpc = rpc_rows(job)
@@ -178,6 +203,11 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         "notes": notes,
         "problems": job.problems(),
     }
+    if each_save:
+        result["saves"] = [save_report(s, analyze(between(job, s.start_ns, s.end_ns), version, th, kernel_log,
+                                                  ranks_only, each_save=False))
+                           for s in find_saves(job, th.save_gap_s)]
+        result["save_trend"] = trend(result["saves"])
     result["checklist"] = checklist(result, window)
     result["kernel_check"] = kernel_check(job, rpc)
     off = [k for k in result["kernel_check"] if abs(k["captured"] - k["kernel_ops"]) > 0.01 * k["kernel_ops"]]

@@ -125,6 +125,26 @@ def _proc_rows(by_proc: dict) -> list[str]:
     return out
 
 
+def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
+    """The recording's saves, one line each, and how they compare."""
+    out = []
+    for s in saves:
+        start, first_write = utc_ns(s["start"]), utc_ns(s["first_write"])
+        slow = s["slowest_rank"]
+        out += _wrap(f"save {s['number']} {clock(start)} .. {clock(utc_ns(s['end']))} UTC ({s['seconds']:.2f} s): "
+                     f"{s['what']}, {size(s['bytes'])}"
+                     + (f"; {s['renamed']} of its {s['files']} files written under a temporary name and renamed"
+                        if s["renamed"] else "")
+                     + f"; first write {seconds(first_write - start, unit=True)} after the first file event"
+                     + (" (DCP plans the save with collectives before writing)" if "dcp" in s["formats"] else "")
+                     + (f"; slowest rank {slow['rank'] if slow['rank'] is not None else 'pid ' + str(slow['pids'][0])} "
+                        f"({slow['seconds']:.2f} s)" if slow else "")
+                     + f"; verdict {s['verdict'] or '-'}", "  ")
+    if trend:
+        out += _wrap(f"trend: {trend['text']}", "  ")
+    return out
+
+
 def render_text(result: dict) -> str:
     findings = result["findings"]
     head = f"verdict: {result['verdict'] or 'nothing to assess'}"
@@ -136,6 +156,9 @@ def render_text(result: dict) -> str:
         out.append(f"save window {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), "
                    f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks")
     out += [line for n in result["notes"] for line in _wrap(f"note: {n}", "")]
+    if result.get("saves"):
+        out += ["", "saves" if len(result["saves"]) > 1 else "the save"]
+        out += _save_rows(result["saves"], result.get("save_trend"))
     out.append("")
     out.append("findings" if findings else "findings: none")
     for f in findings:

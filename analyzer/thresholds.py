@@ -46,6 +46,9 @@ class Thresholds:
     straggler_ratio: float = _t(2.0, "straggler_rank: a rank whose save ends this many times later than "
                                      "the median rank's (both since the job's save began)")
     straggler_min_s: float = _t(1.0, "straggler_rank: and at least this many seconds after the median")
+    # saves
+    save_gap_s: float = _t(10.0, "saves: seconds without file events on the written files that separate "
+                                 "two saves in one recording")
     # hung_tasks
     hung_s: float = _t(30.0, "hung_tasks: an RPC outstanding, or a syscall blocked, for this many seconds")
 

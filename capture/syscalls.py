@@ -20,9 +20,10 @@ OPEN_SYSCALLS = ("openat", "openat2", "creat")
 # Calls that wait for dirty pages to reach the server (NFS flushes on close: close-to-open).
 FLUSH_SYSCALLS = ("close", "fsync", "fdatasync", "sync_file_range")
 STAT_SYSCALLS = ("newfstatat", "statx")
+RENAME_SYSCALLS = ("rename", "renameat", "renameat2")
+MKDIR_SYSCALLS = ("mkdir", "mkdirat")
 # Calls that are round trips to the server's namespace, not data.
-METADATA_SYSCALLS = OPEN_SYSCALLS + STAT_SYSCALLS + ("rename", "renameat", "renameat2",
-                                                     "unlink", "unlinkat", "mkdir", "mkdirat")
+METADATA_SYSCALLS = OPEN_SYSCALLS + STAT_SYSCALLS + RENAME_SYSCALLS + ("unlink", "unlinkat") + MKDIR_SYSCALLS
 DUP_SYSCALLS = ("dup", "dup2", "dup3", "fcntl")
 # Bookkeeping calls: they keep the agent's fd table and cwd right; they are not rows.
 BOOKKEEPING_SYSCALLS = DUP_SYSCALLS + ("chdir", "fchdir", "close_range")

@@ -1,0 +1,159 @@
+"""The saves in a recording. A training job saves every few hundred steps, so one recording
+holds several saves: each a burst of file events on the files the job writes (their opens,
+writes, syncs and closes, and the directories made and files renamed beside them), apart
+from the next burst by at least the save_gap_s threshold without any. A burst that wrote
+nothing (a directory made before the planning of a save) belongs to the save after it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slotscope.capture.syscalls import (FLUSH_SYSCALLS, MKDIR_SYSCALLS, OPEN_SYSCALLS, RENAME_SYSCALLS,
+                                        WRITE_SYSCALLS)
+
+from .checkpoints import describe
+from .job import Job
+from .units import ms, seconds, size
+
+# Calls on a written file that belong to its save, and the namespace calls beside them.
+FILE_CALLS = WRITE_SYSCALLS + FLUSH_SYSCALLS + OPEN_SYSCALLS + ("ftruncate",)
+COLUMNS = ["host", "tgid", "syscall", "path", "path2", "dev", "ino", "bytes", "errno", "ts_enter", "ts_exit"]
+
+
+@dataclass
+class Save:
+    number: int                 # 1, 2, ... in time order
+    start_ns: int               # UTC: the first file event's entry
+    end_ns: int                 # UTC: the last one's return
+    first_write_ns: int         # UTC: the first write's entry (DCP plans with collectives before it)
+    bytes: int
+    files: dict[str, int]       # final path (after renames) -> bytes written to it
+    renamed: int                # files written under another name and renamed
+    directory: str | None       # the deepest directory holding every file
+    what: dict                  # checkpoints.describe()
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+def file_events(job: Job) -> pa.Table | None:
+    """The calls saves are made of, with UTC times, in time order."""
+    sc = job.table("syscall")
+    if sc is None:
+        return None
+    sc = sc.select(COLUMNS)
+    sc = sc.set_column(2, "syscall", pc.cast(sc["syscall"], pa.string()))
+    # A file is its inode; a file renamed before the agent read its inode (DCP's .metadata.tmp,
+    # safetensors' temporary file) is its path.
+    sc = sc.append_column("file", pc.if_else(pc.is_valid(sc["ino"]), pc.cast(sc["ino"], pa.string()),
+                                             pc.binary_join_element_wise("path ", sc["path"], "")))
+    wrote = sc.filter(pc.fill_null(pc.greater(sc["bytes"], 0), False))
+    if wrote.num_rows == 0:
+        return None
+    written = wrote.group_by(["host", "dev", "file"]).aggregate([])
+    on_written = sc.filter(pc.is_in(sc["syscall"], pa.array(FILE_CALLS))).join(
+        written, keys=["host", "dev", "file"], join_type="left semi")
+    namespace = sc.filter(pc.and_(pc.is_in(sc["syscall"], pa.array(MKDIR_SYSCALLS + RENAME_SYSCALLS)),
+                                  pc.equal(pc.fill_null(sc["errno"], 0), 0)))
+    ev = pa.concat_tables([on_written, namespace])
+    for col in ("ts_enter", "ts_exit"):
+        ev = ev.append_column(f"{col}_utc", job.to_utc(ev["host"], ev[col]))
+    return ev.sort_by("ts_enter_utc")
+
+
+def burst_numbers(enter: np.ndarray, exit_: np.ndarray, gap_ns: int) -> np.ndarray:
+    """For events sorted by entry, the number (0, 1, ...) of the burst each belongs to: a new
+    burst starts at an event that enters gap_ns after every earlier one has returned (a
+    call blocked through a pause keeps its burst open)."""
+    if len(enter) == 0:
+        return np.zeros(0, np.int64)
+    returned = np.maximum.accumulate(exit_)
+    starts = np.concatenate([[False], enter[1:] > returned[:-1] + gap_ns])
+    return np.cumsum(starts)
+
+
+def find_saves(job: Job, gap_s: float) -> list[Save]:
+    ev = file_events(job)
+    if ev is None:
+        return []
+    enter = ev["ts_enter_utc"].to_numpy()
+    burst = burst_numbers(enter, ev["ts_exit_utc"].to_numpy(), int(gap_s * 1e9))
+    wrote = pc.fill_null(ev["bytes"], 0).to_numpy()
+    # a burst that wrote nothing joins the next (the last one's goes to the one before)
+    totals = np.bincount(burst, weights=wrote)
+    keep = np.flatnonzero(totals > 0)
+    target = keep[np.minimum(np.searchsorted(keep, np.arange(len(totals))), len(keep) - 1)]
+    ev = ev.append_column("save", pa.array(target[burst]))
+    saves = []
+    for number, idx in enumerate(keep, 1):
+        rows = ev.filter(pc.equal(ev["save"], idx))
+        saves.append(_save(number, rows))
+    return saves
+
+
+def _save(number: int, rows: pa.Table) -> Save:
+    renames = {r["path"]: r["path2"] for r in rows.filter(pc.is_in(rows["syscall"], pa.array(RENAME_SYSCALLS)))
+               .select(["path", "path2"]).to_pylist() if r["path"] and r["path2"]}
+    per_file = rows.filter(pc.fill_null(pc.greater(rows["bytes"], 0), False)).group_by(
+        ["host", "dev", "file"]).aggregate([("bytes", "sum"), ("path", "max")])
+    files, renamed = {}, 0
+    for f in per_file.to_pylist():
+        path = f["path_max"] or f"inode {f['file']}"
+        seen = {path}
+        while path in renames and renames[path] not in seen:     # a.tmp -> a, and chains of them
+            path = renames[path]
+            seen.add(path)
+        renamed += len(seen) > 1
+        files[path] = files.get(path, 0) + f["bytes_sum"]
+    dirs = [os.path.dirname(p) for p in files if p.startswith("/")]
+    directory = os.path.commonpath(dirs) if dirs else None
+    writes = rows.filter(pc.is_in(rows["syscall"], pa.array(WRITE_SYSCALLS)))
+    return Save(number=number, start_ns=pc.min(rows["ts_enter_utc"]).as_py(),
+                end_ns=pc.max(rows["ts_exit_utc"]).as_py(), first_write_ns=pc.min(writes["ts_enter_utc"]).as_py(),
+                bytes=sum(files.values()), files=files,
+                renamed=renamed, directory=directory, what=describe(sorted(files), directory))
+
+
+# What trend() compares between the first save and a slower one: (key, what it is, formatter).
+TREND_MEASURES = (
+    ("bytes", "bytes written", size),
+    ("write_execute_ns", "mean WRITE RPC time", lambda v: f"{ms(v)} ms"),
+    ("slot_wait_ns", "slot wait", lambda v: seconds(v, unit=True)),
+    ("flush_ns", "time in close/fsync", lambda v: seconds(v, unit=True)),
+)
+SLOWER = 1.25       # a save this many times as long as the first is slower, and so is a measure
+
+
+def trend(saves: list[dict]) -> dict | None:
+    """Across a recording's saves (save_report() dicts): how the slowest compares with the
+    fastest, and which measures changed with it."""
+    if len(saves) < 2:
+        return None
+    fastest = min(saves, key=lambda s: s["seconds"])
+    slowest = max(saves, key=lambda s: s["seconds"])
+    ratio = slowest["seconds"] / fastest["seconds"] if fastest["seconds"] else None
+    out = {"durations_s": [round(s["seconds"], 3) for s in saves], "fastest": fastest["number"],
+           "slowest": slowest["number"], "ratio": ratio, "changed": []}
+    if ratio is None or ratio < SLOWER:
+        out["text"] = (f"{len(saves)} saves of {min(out['durations_s']):.2f}-{max(out['durations_s']):.2f} s: "
+                       "none slower than another by more than a quarter")
+        return out
+    for key, label, fmt in TREND_MEASURES:
+        a, b = fastest.get(key), slowest.get(key)
+        if a and b and (b / a >= SLOWER or a / b >= SLOWER):
+            out["changed"].append({"measure": key, "fastest": a, "slowest": b,
+                                   "text": f"{label} {fmt(b)} against {fmt(a)}"})
+    why = [c["text"] for c in out["changed"]]
+    if slowest["verdict"] != fastest["verdict"]:
+        why.insert(0, f"verdict {slowest['verdict']} against {fastest['verdict']}")
+    out["text"] = (f"save {slowest['number']} took {ratio:.1f}x as long as save {fastest['number']} "
+                   f"({slowest['seconds']:.2f} s against {fastest['seconds']:.2f} s)"
+                   + (": " + "; ".join(why) if why else ": nothing traced changed as much; the time went "
+                      "outside the traced calls (the job's own computing or collectives)"))
+    return out

@@ -1,0 +1,91 @@
+"""The saves of a recording: bursts of file events apart by save_gap_s, named from their files,
+each analysed on its own, and compared (analyzer/saves.py, analyzer/checkpoints.py)."""
+import numpy as np
+
+from slotscope.analyzer.analysis import analyze
+from slotscope.analyzer.checkpoints import describe
+from slotscope.analyzer.job import Job
+from slotscope.analyzer.saves import burst_numbers, trend
+
+S = 1_000_000_000
+
+
+def test_bursts_split_at_the_gap_but_not_inside_a_blocked_call():
+    enter = np.array([0, 1, 2, 20, 21, 40]) * S
+    exit_ = np.array([1, 2, 3, 21, 35, 41]) * S      # the call at 21 s blocks until 35 s
+    assert burst_numbers(enter, exit_, 10 * S).tolist() == [0, 0, 0, 1, 1, 1]
+    assert burst_numbers(enter, exit_, 4 * S).tolist() == [0, 0, 0, 1, 1, 2]
+
+
+def test_dcp_layout_is_named_with_its_ranks_shards_and_metadata():
+    files = [f"/mnt/ckpt/step_300/__{r}_{i}.distcp" for r in range(8) for i in range(4)]
+    assert describe(files + ["/mnt/ckpt/step_300/.metadata"], "/mnt/ckpt/step_300") == {
+        "formats": ["dcp"], "text": "DCP checkpoint step_300/: 8 ranks x 4 shards + .metadata"}
+    assert describe(files, "/mnt/ckpt/step_300")["text"].endswith(
+        "(no .metadata: the save did not finish, or rank 0 was not traced)")
+
+
+def test_other_layouts_by_suffix_and_same_names_in_many_directories():
+    st = describe([f"/c/step_1/model_rank{r}.safetensors" for r in range(4)], "/c/step_1")
+    assert st == {"formats": ["safetensors"],
+                  "text": "safetensors checkpoint step_1/: 4 files (model_rank0.safetensors, "
+                          "model_rank1.safetensors, ...)"}
+    mixed = describe(["/c/a.pt", "/c/notes.txt"], "/c")
+    assert mixed["formats"] == ["torch"] and mixed["text"].endswith("1 other file")
+    assert describe([f"/c/rank{r}/shard0.bin" for r in range(8)], "/c")["text"] == "c/: 8 files"
+
+
+def _save(number, seconds, verdict="healthy", **measures):
+    return {"number": number, "seconds": seconds, "verdict": verdict, "bytes": 100, "write_execute_ns": 1e6,
+            "slot_wait_ns": None, "flush_ns": 1e8, **measures}
+
+
+def test_trend_names_what_changed_with_the_slow_save():
+    saves = [_save(1, 2.0), _save(2, 2.1), _save(3, 5.0, "slot_saturation", write_execute_ns=4e6)]
+    t = trend(saves)
+    assert t["slowest"] == 3 and t["fastest"] == 1 and abs(t["ratio"] - 2.5) < 1e-9
+    assert [c["measure"] for c in t["changed"]] == ["write_execute_ns"]
+    assert t["text"].startswith("save 3 took 2.5x as long as save 1 (5.00 s against 2.00 s): "
+                                "verdict slot_saturation against healthy; mean WRITE RPC time 4.0 ms against 1.0 ms")
+    steady = trend([_save(1, 2.0), _save(2, 2.2)])
+    assert steady["changed"] == [] and "none slower than another" in steady["text"]
+    warm = trend([_save(1, 6.0, flush_ns=3e8), _save(2, 2.0), _save(3, 2.1)])     # the first pays for set-up
+    assert warm["text"].startswith("save 1 took 3.0x as long as save 2 (6.00 s against 2.00 s): "
+                                   "time in close/fsync 0.30 s against 0.10 s")
+    assert trend([_save(1, 2.0)]) is None
+
+
+def _writes(start_s, tgid, path, n=4):
+    """A save by one process: open, n writes of 1 MiB, close, one second apart."""
+    t = int(start_s * S)
+    rows = [{"ts_enter": t, "ts_exit": t + 1000, "syscall": "openat", "path": path, "tgid": tgid, "tid": tgid,
+             "dev": 30, "ino": tgid, "fd": 5, "ret": 5, "errno": 0, "fstype": "nfs", "latency_ns": 1000}]
+    for i in range(1, n + 1):
+        rows.append({**rows[0], "ts_enter": t + i * S, "ts_exit": t + i * S + 1000, "syscall": "write",
+                     "bytes": 2**20, "ret": 2**20, "path": path})
+    rows.append({**rows[0], "ts_enter": t + (n + 1) * S, "ts_exit": t + (n + 1) * S + 1000, "syscall": "close",
+                 "ret": 0})
+    return rows
+
+
+def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
+    rows = []
+    for k, start in enumerate((100, 130, 160)):
+        for tgid in (201, 202):
+            rows += _writes(start, tgid, f"/mnt/ckpt/step_{k + 1}/r{tgid}.pt",
+                            n=4 if k < 2 else 8)
+        rows.append({**rows[-1], "syscall": "mkdir", "ts_enter": int((start - 0.5) * S),
+                     "ts_exit": int((start - 0.5) * S) + 1000, "path": f"/mnt/ckpt/step_{k + 1}", "ino": None,
+                     "dev": None, "bytes": None})
+    rows.append({**rows[0], "syscall": "openat", "ts_enter": 50 * S, "ts_exit": 50 * S + 10,
+                 "path": "/mnt/ckpt/config.json", "ino": 999})     # read, never written: no save
+    result = analyze(Job.open([build_capture(syscalls=rows)]), "test")
+    saves = result["saves"]
+    assert [s["number"] for s in saves] == [1, 2, 3]
+    assert [round(s["seconds"], 3) for s in saves] == [5.5, 5.5, 9.5]     # mkdir to the last close
+    assert [s["bytes"] for s in saves] == [8 * 2**20, 8 * 2**20, 16 * 2**20]
+    assert [s["what"] for s in saves] == [f"torch.save checkpoint step_{k}/: 2 files (r201.pt, r202.pt)"
+                                          for k in (1, 2, 3)]
+    assert saves[0]["directory"] == "/mnt/ckpt/step_1" and saves[0]["files"] == 2
+    assert result["save_trend"]["slowest"] == 3
+    assert "bytes written 16.0 MiB against 8.0 MiB" in result["save_trend"]["text"]
