@@ -51,6 +51,39 @@ class FileFilter:
         return True
 
 
+def traced_devs(file_filter: FileFilter, tables: list[MountTable]) -> frozenset[int] | None:
+    """The devices (st_dev) that may hold a file the filter matches, in these mount tables:
+    those of the filtered filesystem types, narrowed to the mounts at, above or below a --path
+    prefix. None when any device may (--fs any without --path). The kernel drops the stats
+    of other devices (bpf/syscalls.c FILTER_DEVS)."""
+    if file_filter.fstypes is None and not file_filter.prefixes:
+        return None
+
+    def related(point: str) -> bool:
+        return any(p == point or p.startswith(point.rstrip("/") + "/") or point.startswith(p.rstrip("/") + "/")
+                   for p in file_filter.prefixes)
+
+    return frozenset(m.dev for table in tables for m in table.by_point.values()
+                     if (file_filter.fstypes is None or m.fstype in file_filter.fstypes)
+                     and (not file_filter.prefixes or related(m.mountpoint)))
+
+
+def mount_tables() -> list[MountTable]:
+    """The mount table of every mount namespace a process is in (a container's NFS mount is
+    in its own), read once each."""
+    tables, seen = [MountTable.read()], {os.readlink("/proc/self/ns/mnt")}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                ns = os.readlink(f"/proc/{entry.name}/ns/mnt")
+                if ns not in seen:
+                    seen.add(ns)
+                    tables.append(MountTable.read(entry.name))
+            except OSError:     # gone, or a kernel thread
+                continue
+    return tables
+
+
 STATX_INO = 0x100
 AT_STATX_DONT_SYNC = 0x4000
 AT_SYMLINK_NOFOLLOW = 0x100

@@ -88,6 +88,7 @@ INFLIGHT = Layout("inflight", (
     ("offset", "s64"),
     ("path1", "u64"),      # user pointers of the path arguments (read at exit)
     ("path2", "u64"),
+    ("buf", "u64"),        # a stat call's result buffer (user pointer, read at exit)
     ("nfs_since", "s64"),  # entry of the outermost NFS call in progress
     ("nfs_ns", "u64"),     # time in NFS calls so far
     ("tgid", "u32"),

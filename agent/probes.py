@@ -108,6 +108,7 @@ class Filters:
     """What the kernel side filters on (the rest is decided in user space)."""
     tgids: list[int] = field(default_factory=list)   # trace these and their descendants only
     cgroup: str | None = None                        # cgroup v2 directory
+    devs: frozenset[int] | None = None               # stats of other devices are dropped (files.traced_devs)
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,8 @@ class SyscallProbes(ProbeGroup):
             flags.append("-DFILTER_TGIDS")
         if filters.cgroup:
             flags.append("-DFILTER_CGROUP")
+        if filters.devs is not None:
+            flags.append("-DFILTER_DEVS")
         return flags
 
 
@@ -333,6 +336,8 @@ def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
     loaded = Loaded(bpf, groups)
     for tgid in filters.tgids:
         loaded.trace_tgid(tgid)
+    for dev in filters.devs or ():
+        bpf[b"traced_devs"][ctypes.c_uint64(dev)] = ctypes.c_uint8(1)
     if "env_ring" in loaded.rings:
         names = bpf[b"rank_vars"]
         for name in RANK_VARS:      # the only variables the kernel side passes on

@@ -18,7 +18,7 @@ from slotscope.capture.tables import AGENT, LOSS, PROCS
 from slotscope.capture.writer import CaptureWriteError, CaptureWriter
 
 from .decode import Decoder
-from .files import FileFilter, FileRegistry
+from .files import FileFilter, FileRegistry, mount_tables, traced_devs
 from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS, warm_up
 from .meta import clock_pair, nfs_mountstats, start_meta
@@ -121,7 +121,8 @@ def record_ebpf(opts: RecordOptions) -> str:
     # The traced command's pid is known only once it runs; the program depends only on
     # whether processes are filtered at all.
     tgids = list(opts.pids) + ([0] if opts.command else [])
-    return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup), skipped)
+    devs = traced_devs(opts.file_filter(), mount_tables())
+    return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup, devs=devs), skipped)
 
 
 class HeldCommand:
@@ -242,7 +243,8 @@ class Recorder:
         self.proc = proc = HeldCommand(opts.command) if opts.command else None
         self.tgids = list(opts.pids) + ([proc.pid] if proc else [])
         try:
-            self.loaded, groups = self._load(groups, Filters(tgids=self.tgids, cgroup=opts.cgroup), self.skipped)
+            filters = Filters(tgids=self.tgids, cgroup=opts.cgroup, devs=traced_devs(self.file_filter, mount_tables()))
+            self.loaded, groups = self._load(groups, filters, self.skipped)
         except Exception as exc:
             if proc:
                 proc.kill()

@@ -7,12 +7,14 @@
  * correct even when the kernel headers do not match the running kernel.
  *
  * The agent prepends: the generated header (structs, SYSOP_* numbers, counters),
- * common.h, and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, HAVE_<syscall>,
- * *_RING_PAGES.
+ * common.h, and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, FILTER_DEVS,
+ * HAVE_<syscall>, *_RING_PAGES.
  *
  * Which fd is worth an event is decided in user space, which knows paths and
  * mounts. The kernel only skips fds user space has marked uninteresting in
- * fd_ignore. To make that race-free, every (tgid, fd) gets a new generation
+ * fd_ignore, and (FILTER_DEVS) successful stats whose result names a device
+ * that holds no traced file: a job's start (Python importing torch) stats tens of
+ * thousands of paths, whose strings would flood the path ring. To make that race-free, every (tgid, fd) gets a new generation
  * (the exit timestamp) when an open/dup creates it or a close ends it; a mark
  * applies only while it names the current generation, so an fd reused for an
  * NFS file is never skipped because of its previous file.
@@ -30,6 +32,7 @@ BPF_HASH(inflight, u32, struct inflight, 16384);
 BPF_TABLE("lru_hash", u64, u64, fd_gen, 131072);
 BPF_TABLE("lru_hash", u64, u64, fd_ignore, 131072);
 BPF_HASH(traced_tgids, u32, u8, 65536);
+BPF_HASH(traced_devs, u64, u8, 1024);       /* FILTER_DEVS: st_dev of every traced filesystem */
 BPF_CGROUP_ARRAY(cgroup_filter, 1);
 BPF_RINGBUF_OUTPUT(sys_ring, SYS_RING_PAGES);
 BPF_RINGBUF_OUTPUT(path_ring, PATH_RING_PAGES);
@@ -120,6 +123,42 @@ static __always_inline int enter_vec(u16 op, s32 fd, const void *vec, u64 vlen, 
     return ret;
 }
 
+/* A stat call with the buffer it fills (newfstatat's struct stat, statx's struct statx). */
+static __always_inline int enter_stat(u16 op, s32 dfd, u32 flags, const void *path, const void *buf)
+{
+    int ret = enter(op, dfd, -1, 0, -1, flags, path, 0, 0);
+    u32 tid = bpf_get_current_pid_tgid();
+    struct inflight *in = inflight.lookup(&tid);
+    if (in)
+        in->buf = (u64)buf;
+    return ret;
+}
+
+/* Whether a stat succeeded on a device with no traced file (FILTER_DEVS): its buffer holds
+ * the device in uapi layouts, struct stat's st_dev first, statx's stx_dev_major/minor at
+ * 136/140 (encoded as st_dev is: new_encode_dev). */
+static __always_inline int untraced_stat(struct inflight *in, long ret)
+{
+#ifdef FILTER_DEVS
+    if (ret != 0 || !in->buf)
+        return 0;
+    u64 dev = 0;
+    if (in->op == SYSOP_NEWFSTATAT) {
+        if (bpf_probe_read_user(&dev, sizeof(dev), (const void *)in->buf))
+            return 0;
+    } else {
+        u32 mm[2];
+        if (bpf_probe_read_user(mm, sizeof(mm), (const void *)(in->buf + 136)))
+            return 0;
+        dev = ((u64)(mm[0] & 0xfff) << 8) | ((u64)(mm[0] & ~0xfffU) << 32) | (mm[1] & 0xff) |
+              ((u64)(mm[1] & ~0xffU) << 12);
+    }
+    return !traced_devs.lookup(&dev);
+#else
+    return 0;
+#endif
+}
+
 static __always_inline int emit_path(s64 ts_enter, u32 tid, u8 slot, u64 uptr)
 {
     struct path_event *p = path_ring.ringbuf_reserve(sizeof(struct path_event));
@@ -165,7 +204,7 @@ static __always_inline int leave(long ret)
         u64 gen = now;
         fd_gen.update(&key, &gen);
     }
-    if (in->skip)
+    if (in->skip || untraced_stat(in, ret))
         goto out;
 
     /* Paths first: a committed syscall record implies its paths are committed. */
@@ -312,12 +351,12 @@ EXIT(mkdirat)
 #endif
 #ifdef HAVE_newfstatat
 TRACEPOINT_PROBE(syscalls, sys_enter_newfstatat)
-{ return enter(SYSOP_NEWFSTATAT, args->dfd, -1, 0, -1, args->flag, args->filename, 0, 0); }
+{ return enter_stat(SYSOP_NEWFSTATAT, args->dfd, args->flag, args->filename, args->statbuf); }
 EXIT(newfstatat)
 #endif
 #ifdef HAVE_statx
 TRACEPOINT_PROBE(syscalls, sys_enter_statx)
-{ return enter(SYSOP_STATX, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
+{ return enter_stat(SYSOP_STATX, args->dfd, args->flags, args->filename, args->buffer); }
 EXIT(statx)
 #endif
 #ifdef HAVE_chdir

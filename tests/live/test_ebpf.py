@@ -21,10 +21,14 @@ def test_record_ebpf_prints_a_program_that_loads_as_printed(bpf_ready):
 
 
 def test_the_filters_shape_the_printed_program(bpf_ready):
-    """Without --pid, --cgroup or a command nothing is filtered by process: no FILTER_ define."""
+    """Without --pid, --cgroup or a command nothing is filtered by process: no FILTER_TGIDS or
+    FILTER_CGROUP. The stats of devices without traced files are dropped (FILTER_DEVS) unless
+    any filesystem is traced."""
     plain = slotscope("record", "--ebpf").stdout
     cgroup = slotscope("record", "--ebpf", "--cgroup", "/sys/fs/cgroup").stdout
-    assert "#define FILTER_" not in plain
+    every_fs = slotscope("record", "--ebpf", "--fs", "any").stdout
+    assert "#define FILTER_TGIDS" not in plain and "#define FILTER_CGROUP" not in plain
+    assert "#define FILTER_DEVS 1" in plain and "#define FILTER_" not in every_fs
     assert "#define FILTER_CGROUP 1" in cgroup and "#define FILTER_TGIDS" not in cgroup
     doctor = slotscope("doctor", "--ebpf")
     assert doctor.returncode == 0 and "#define SYSCALLS_GROUP 1" in doctor.stdout

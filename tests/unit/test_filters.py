@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from slotscope.agent.files import UNKNOWN, FdTable, FileFilter
+from slotscope.agent.files import UNKNOWN, FdTable, FileFilter, traced_devs
 from slotscope.agent.mounts import MountTable, parse_mountinfo
 from slotscope.agent.recorder import RecordOptions
 
@@ -278,3 +278,25 @@ def test_exec_closes_cloexec_fds_and_fork_keeps_the_flag():
     fds.set(FdTable.key(100, 4), T3, A)
     fds.close_fds(100, T3 + 5, only_cloexec=True)
     assert fds.at(FdTable.key(100, 4), T3 + 6) == (T3, A)
+
+
+# ---- the devices whose stats the kernel keeps (bpf/syscalls.c FILTER_DEVS) ----
+
+DEVS_MOUNTINFO = """\
+22 1 254:0 / / rw - ext4 /dev/vda rw
+30 22 0:40 / /tmp rw - tmpfs tmpfs rw
+31 30 0:41 / /tmp/job/ckpt rw - tmpfs ckpt rw
+40 22 0:53 / /mnt/nfs rw - nfs 10.0.0.1:/export rw,vers=3
+41 22 0:54 / /mnt/other rw - nfs4 10.0.0.2:/ rw,vers=4.2
+"""
+
+
+def test_traced_devices_follow_the_filter():
+    table = MountTable(parse_mountinfo(DEVS_MOUNTINFO))
+    devs = lambda prefixes, fstypes: traced_devs(FileFilter(prefixes, fstypes), [table])  # noqa: E731
+    assert devs((), frozenset({"nfs", "nfs4"})) == {os.makedev(0, 53), os.makedev(0, 54)}
+    # a prefix keeps the mounts at, above and below it: any of them may hold its files
+    assert devs(("/tmp/job",), None) == {os.makedev(254, 0), os.makedev(0, 40), os.makedev(0, 41)}
+    assert devs(("/tmp/job",), frozenset({"tmpfs"})) == {os.makedev(0, 40), os.makedev(0, 41)}
+    assert devs(("/mnt/nfs/run1",), frozenset({"nfs", "nfs4"})) == {os.makedev(0, 53)}
+    assert devs((), None) is None       # --fs any: every device may hold a traced file
