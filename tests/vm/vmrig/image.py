@@ -43,11 +43,6 @@ KERNELS = {"6.1": "bookworm-security", "6.12": "bookworm-backports"}
 # crc32c_generic is only a soft dependency of ext4, so it is named).
 INITRD_MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4"]
 FREE_SPACE = 3 << 30  # room in the root filesystem for exported files and captures
-# The real checkpoint clients (tests/vm/guest/clients.py). The index's default torch is the
-# CUDA build (5.5 GB with its nvidia wheels); the CPU build is one 192 MB wheel, found by the
-# host's pip (its settings name where), which the image's pip, run clean, does not see.
-TORCH = "torch==2.13.0+cpu"
-CLIENT_PACKAGES = ["safetensors"]
 
 
 class BuildError(RuntimeError):
@@ -75,17 +70,21 @@ class Image:
         return self.path / "rootfs.img"
 
 
-def project_dependencies():
-    """The dependencies the venv needs, as declared in pyproject.toml."""
+def project_dependencies(extra="test"):
+    """The dependencies the venv needs, as declared in pyproject.toml; with extra="clients",
+    the real checkpoint clients' (tests/vm/guest/clients.py) alone."""
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return sorted(meta.get("dependencies", []) + meta.get("optional-dependencies", {}).get("test", []))
+    extras = meta.get("optional-dependencies", {})
+    if extra == "clients":
+        return sorted(extras.get("clients", []))
+    return sorted(meta.get("dependencies", []) + extras.get(extra, []))
 
 
 def cache_key():
     h = hashlib.sha256()
     for f in [Path(__file__), *sorted(BOOTFILES.iterdir())]:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    h.update(json.dumps(project_dependencies()).encode())
+    h.update(json.dumps([project_dependencies(), project_dependencies("clients")]).encode())
     return h.hexdigest()[:16]
 
 
@@ -228,21 +227,23 @@ def make_venv(ch):
 
 
 def install_clients(ch, stage):
-    """PyTorch (the CPU wheel, downloaded here) and safetensors into the venv; returns
-    their versions, or a one-line reason when there is no CPU build to be had (the image
-    is still built, and the real-client scenarios say why they cannot run)."""
+    """The real checkpoint clients (pyproject's `clients` extra) into the venv. The index's
+    default torch is the CUDA build (5.5 GB with its nvidia wheels); the CPU build pinned there
+    is one 192 MB wheel, which the host's pip finds (its settings say where) and the image's,
+    run clean, does not: the host downloads it. -> their versions, or a one-line reason when
+    there is no CPU build to be had (the image is still built; the client scenarios say why)."""
+    torch, *others = sorted(project_dependencies("clients"), key=lambda req: not req.startswith("torch"))
     wheels = ch.root / "tmp/wheels"
     wheels.mkdir()
     p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                         "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
-                        "-d", wheels, TORCH], check=False, capture_output=True, text=True)
+                        "-d", wheels, torch], check=False, capture_output=True, text=True)
     found = sorted(wheels.glob("torch-*.whl"))
     if p.returncode != 0 or not found:
         reason = (p.stderr.strip().splitlines() or ["no wheel"])[-1]
-        log(f"no CPU build of {TORCH} here, so no real checkpoint clients in the image: {reason}")
-        return {"missing": f"{TORCH}: {reason}"}
-    ch(f"{VENV}/bin/pip", "install", "-q", "--disable-pip-version-check",
-       f"/tmp/wheels/{found[0].name}", *CLIENT_PACKAGES)
+        log(f"no CPU build of {torch} here, so no real checkpoint clients in the image: {reason}")
+        return {"missing": f"{torch}: {reason}"}
+    ch(f"{VENV}/bin/pip", "install", "-q", "--disable-pip-version-check", f"/tmp/wheels/{found[0].name}", *others)
     shutil.rmtree(wheels)
     out = ch(f"{VENV}/bin/python", "-c",
              "import torch, safetensors; print(torch.__version__, safetensors.__version__)")
