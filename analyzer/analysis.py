@@ -145,6 +145,8 @@ def save_report(save: Save, result: dict) -> dict:
         "directory": save.directory, "what": save.what["text"], "formats": save.what["formats"],
         "bytes": save.bytes, "files": len(save.files), "renamed": save.renamed,
         "ranks": len({(r["host"], r["rank"]) for r in wrote if r["rank"] is not None}),
+        "by_rank": [{"rank": r["rank"], "host": r["host"], "pids": r["pids"], "bytes": r["bytes_written"],
+                     "seconds": r["save_s"]} for r in wrote],
         "slowest_rank": slowest and {"rank": slowest["rank"], "host": slowest["host"], "pids": slowest["pids"],
                                      "seconds": slowest["save_s"]},
         "write_rpcs": write.get("count"),

@@ -9,7 +9,7 @@ from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.report_text import render_text
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.ranks import rank_table
-from unit_helpers import START_NS, proc, run_slotscope, sc
+from unit_helpers import proc, run_slotscope, sc
 
 pytestmark = pytest.mark.unit
 

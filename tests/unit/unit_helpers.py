@@ -11,11 +11,9 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 
 from slotscope.capture.format import FORMAT_MAJOR
 from slotscope.capture.tables import LOSS, PROCS, SYSCALL
-from slotscope.capture.writer import CaptureWriter
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -169,3 +169,7 @@ small_sync = _named("small_sync")
 flush_stall = _named("flush_stall")
 straggler = _named("straggler")
 nconnect = _named("nconnect")
+# Real checkpoint libraries (test_clients.py): DCP on both kernels, the healthy mount on 6.1.
+clients_healthy = _named("clients_healthy")
+clients_saturated = _named("clients_saturated", BOTH)
+dcp_saves = _named("dcp_saves", BOTH)

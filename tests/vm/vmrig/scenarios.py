@@ -10,6 +10,12 @@ them), and frozen, whose server goes away for a while, comes last."""
 # not on that clock (vmrig/vm.py icount_args).
 INSTRUCTION_CLOCK = ("--icount", "0", "--export-fs", "tmpfs")
 
+# A real job (guest/clients.py): 4 ranks under torchrun save 2 MiB each with torch.save, DCP,
+# DCP's async_save and safetensors in turn, 12 s of computing apart: more than the analyzer's
+# save_gap_s (10 s), so that each library's save is a save of its own.
+CLIENTS = ("--ranks", "4", "--state-mb", "2", "--save-every", "12", "--client", "torch-save", "--client", "dcp",
+           "--client", "dcp-async", "--client", "safetensors")
+
 NAMED = {
     # fsync'ed 64 KiB writes (WRITE + COMMIT), one rank of 4 KiB O_SYNC writes, plus the
     # LOOKUP/CREATE/ACCESS/GETATTR of creating the files; a 2-slot table makes waits real.
@@ -54,6 +60,14 @@ NAMED = {
     "straggler": ["--nfs-vers", "3", "--delay-ms", "5", "--rate-mbit", "40", "--ranks", "4",
                   "--write-size", "1048576", "--mode", "buffered", "--file-mb", "1",
                   "--rank-override", "2:file-mb=16", *INSTRUCTION_CLOCK],
+    # The real clients on a healthy mount: no slot limit, 10 ms round trip.
+    "clients_healthy": ["--nfs-vers", "3", "--delay-ms", "5", *CLIENTS],
+    # ... and on a saturating one: 2 slots of 32 KiB WRITEs per 20 ms round trip, a ceiling of
+    # 2 x 32 KiB / 20 ms = 3.2 MB/s, well under what the emulated CPU writes (the test checks).
+    "clients_saturated": ["--nfs-vers", "3", "--slots", "2", "--wsize", "32768", "--delay-ms", "10", *CLIENTS],
+    # A training loop's three DCP saves, 12 s of computing apart, on a healthy mount.
+    "dcp_saves": ["--nfs-vers", "3", "--delay-ms", "5", "--ranks", "4", "--state-mb", "4", "--client", "dcp",
+                  "--saves", "3", "--save-every", "12"],
     # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
     # timeo makes the client log "not responding" (and "OK") within the freeze.
     "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",
