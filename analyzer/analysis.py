@@ -142,6 +142,7 @@ def save_report(save: Save, result: dict) -> dict:
     return {
         "number": save.number, "start": iso_utc(save.start_ns), "end": iso_utc(save.end_ns),
         "seconds": save.seconds, "first_write": iso_utc(save.first_write_ns),
+        "before_first_write_ns": save.first_write_ns - save.start_ns,
         "directory": save.directory, "what": save.what["text"], "formats": save.what["formats"],
         "bytes": save.bytes, "files": len(save.files), "renamed": save.renamed,
         "ranks": len({(r["host"], r["rank"]) for r in wrote if r["rank"] is not None}),

@@ -2,9 +2,12 @@
 
 A detector looks at one cause and returns its findings (none when the cause is absent).
 Each finding carries the numbers it was decided on (evidence), the window, the ranks,
-syscalls and servers involved, and the fix. Thresholds are in thresholds.py. The
-verdict is the most severe warning or critical finding; between equally severe ones,
-the cause earlier in CAUSES (the one the others follow from) wins.
+syscalls and servers involved, and the fix. Thresholds are in thresholds.py. A finding
+that another explains (EXPLAINS: a straggler whose small synchronous writes are found, a
+flush stall behind a full slot table, a full slot table toward a silent server) names its
+cause, which takes the symptom's severity and comes first. The verdict is the most severe
+warning or critical finding that nothing explains; between equally severe ones, the cause
+earlier in CAUSES (the one the others follow from) wins.
 """
 from __future__ import annotations
 
@@ -45,11 +48,13 @@ class Finding:
     ranks: list = field(default_factory=list)
     syscalls: list = field(default_factory=list)
     servers: list = field(default_factory=list)
+    explained_by: str | None = None     # the kind of the finding that causes this one
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "severity": self.severity, "summary": self.summary,
                 "start": iso_utc(self.start), "end": iso_utc(self.end), "evidence": self.evidence,
-                "ranks": self.ranks, "syscalls": self.syscalls, "servers": self.servers, "fix": self.fix}
+                "ranks": self.ranks, "syscalls": self.syscalls, "servers": self.servers, "fix": self.fix,
+                "explained_by": self.explained_by}
 
 
 @dataclass
@@ -599,11 +604,53 @@ DETECTORS = (server_unresponsive, slot_saturation, hung_tasks, flush_commit_stal
              small_sync_writes, metadata_storm)
 
 
+def _overlap(a: Finding, b: Finding) -> bool:
+    return a.start is not None and b.start is not None and a.start <= (b.end or b.start) \
+        and b.start <= (a.end or a.start)
+
+
+def _same_servers(a: Finding, b: Finding) -> bool:
+    return not a.servers or not b.servers or bool(set(a.servers) & set(b.servers))
+
+
+# symptom -> (cause, when the cause explains it, the words that say how)
+EXPLAINS = {
+    # when the small synchronous writes set the stragglers apart (not every rank makes them)
+    "straggler_rank": ("small_sync_writes", lambda s, c: bool(s.ranks) and set(s.ranks) <= set(c.ranks)
+                       and c.evidence["ranks_affected"] < c.evidence["ranks"],
+                       "its small synchronous writes, each a round trip"),
+    "flush_commit_stall": ("slot_saturation", lambda s, c: _overlap(s, c) and _same_servers(s, c),
+                           "the flush waits behind the full slot table"),
+    "slot_saturation": ("server_unresponsive", lambda s, c: _overlap(s, c) and _same_servers(s, c),
+                        "the slots stay taken while the server does not answer"),
+    "hung_tasks": ("server_unresponsive", lambda s, c: _overlap(s, c) and _same_servers(s, c),
+                   "the calls wait for a server that does not answer"),
+}
+
+
+def explain(found: list[Finding]) -> None:
+    """Each symptom names the finding that causes it, which takes its severity if higher."""
+    for symptom in found:
+        rule = EXPLAINS.get(symptom.kind)
+        if rule is None:
+            continue
+        kind, holds, how = rule
+        cause = next((c for c in found if c.kind == kind and c.explained_by is None and holds(symptom, c)), None)
+        if cause is None:
+            continue
+        symptom.explained_by = kind
+        symptom.summary += f" (explained by {kind}: {how})"
+        if SEVERITIES.index(symptom.severity) < SEVERITIES.index(cause.severity):
+            cause.severity = symptom.severity
+
+
 def find(ctx: Context) -> list[Finding]:
     found = [f for detect in DETECTORS for f in detect(ctx)]
-    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), CAUSES.index(f.kind)))
+    explain(found)
+    return sorted(found, key=lambda f: (f.explained_by is not None, SEVERITIES.index(f.severity),
+                                        CAUSES.index(f.kind)))
 
 
 def verdict(findings: list[Finding]) -> str:
-    serious = [f for f in findings if f.severity in ("critical", "warning")]
+    serious = [f for f in findings if f.severity in ("critical", "warning") and f.explained_by is None]
     return serious[0].kind if serious else "healthy"

@@ -125,17 +125,24 @@ def _proc_rows(by_proc: dict) -> list[str]:
     return out
 
 
+def _counts(items) -> list[tuple]:
+    """(item, how often) in order of first appearance."""
+    counts: dict = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return list(counts.items())
+
+
 def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
     """The recording's saves, one line each, and how they compare."""
     out = []
     for s in saves:
-        start, first_write = utc_ns(s["start"]), utc_ns(s["first_write"])
         slow = s["slowest_rank"]
-        out += _wrap(f"save {s['number']} {clock(start)} .. {clock(utc_ns(s['end']))} UTC ({s['seconds']:.2f} s): "
+        out += _wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({s['seconds']:.2f} s): "
                      f"{s['what']}, {size(s['bytes'])}"
                      + (f"; {s['renamed']} of its {s['files']} files written under a temporary name and renamed"
                         if s["renamed"] else "")
-                     + f"; first write {seconds(first_write - start, unit=True)} after the first file event"
+                     + f"; first write {seconds(s['before_first_write_ns'], unit=True)} after the first file event"
                      + (" (DCP plans the save with collectives before writing)" if "dcp" in s["formats"] else "")
                      + (f"; slowest rank {slow['rank'] if slow['rank'] is not None else 'pid ' + str(slow['pids'][0])} "
                         f"({slow['seconds']:.2f} s)" if slow else "")
@@ -152,9 +159,12 @@ def render_text(result: dict) -> str:
         head += f" ({findings[0]['severity']})"
     out = [head]
     if result.get("window"):
-        w = result["window"]
-        out.append(f"save window {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), "
-                   f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks")
+        w, saves = result["window"], result.get("saves") or []
+        what = f"{len(saves)} saves" if len(saves) > 1 else "save window"
+        out.append(f"{what} {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), "
+                   f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks"
+                   + (", verdicts " + ", ".join(f"{v} x{n}" for v, n in _counts(s["verdict"] for s in saves))
+                      if len(saves) > 1 else ""))
     out += [line for n in result["notes"] for line in _wrap(f"note: {n}", "")]
     if result.get("saves"):
         out += ["", "saves" if len(result["saves"]) > 1 else "the save"]

@@ -123,6 +123,7 @@ def _save(number: int, rows: pa.Table) -> Save:
 # What trend() compares between the first save and a slower one: (key, what it is, formatter).
 TREND_MEASURES = (
     ("bytes", "bytes written", size),
+    ("before_first_write_ns", "time before the first write", lambda v: seconds(v, unit=True)),
     ("write_execute_ns", "mean WRITE RPC time", lambda v: f"{ms(v)} ms"),
     ("slot_wait_ns", "slot wait", lambda v: seconds(v, unit=True)),
     ("flush_ns", "time in close/fsync", lambda v: seconds(v, unit=True)),
@@ -132,7 +133,7 @@ SLOWER = 1.25       # a save this many times as long as the first is slower, and
 
 def trend(saves: list[dict]) -> dict | None:
     """Across a recording's saves (save_report() dicts): how the slowest compares with the
-    fastest, and which measures changed with it."""
+    fastest, and which measures grew with it."""
     if len(saves) < 2:
         return None
     fastest = min(saves, key=lambda s: s["seconds"])
@@ -146,7 +147,7 @@ def trend(saves: list[dict]) -> dict | None:
         return out
     for key, label, fmt in TREND_MEASURES:
         a, b = fastest.get(key), slowest.get(key)
-        if a and b and (b / a >= SLOWER or a / b >= SLOWER):
+        if a and b and b / a >= SLOWER:       # what grew with the time, not what shrank
             out["changed"].append({"measure": key, "fastest": a, "slowest": b,
                                    "text": f"{label} {fmt(b)} against {fmt(a)}"})
     why = [c["text"] for c in out["changed"]]

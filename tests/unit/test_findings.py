@@ -475,3 +475,41 @@ def test_kernel_log_alone_hung_task_in_nfs(tmp_path):
     [task] = f["evidence"]["kernel_hung_tasks"]
     assert (task["task"], task["pid"], task["blocked_s"]) == ("python", 4321, 120)
     assert "nfs_file_fsync" in task["functions"]
+
+
+# ---- causes before symptoms (findings.EXPLAINS) ---------------------------------------------
+
+def _f(kind, severity, start, end, ranks=(), servers=("10.0.0.1:2049",), ev=None):
+    from slotscope.analyzer.findings import Finding
+    return Finding(kind, severity, kind, start * S, end * S, ev or {}, "fix", list(ranks), [], list(servers))
+
+
+@pytest.mark.parametrize("symptom, cause", [
+    (_f("straggler_rank", "warning", 0, 10, ranks=[1]),
+     _f("small_sync_writes", "info", 0, 10, ranks=[1], ev={"ranks_affected": 1, "ranks": 4})),
+    (_f("flush_commit_stall", "warning", 2, 8, ranks=[0, 1]), _f("slot_saturation", "warning", 0, 10, ranks=[0, 1])),
+    (_f("slot_saturation", "critical", 0, 10), _f("server_unresponsive", "warning", 3, 30)),
+    (_f("hung_tasks", "critical", 5, 40), _f("server_unresponsive", "critical", 3, 30)),
+])
+def test_a_cause_comes_before_its_symptom(symptom, cause):
+    from slotscope.analyzer.findings import CAUSES, SEVERITIES, explain, verdict
+    before = min(symptom.severity, cause.severity, key=SEVERITIES.index)
+    found = [symptom, cause]
+    explain(found)
+    found.sort(key=lambda f: (f.explained_by is not None, SEVERITIES.index(f.severity), CAUSES.index(f.kind)))
+    assert symptom.explained_by == cause.kind and f"(explained by {cause.kind}: " in symptom.summary
+    assert cause.explained_by is None and cause.severity == before     # the symptom's severity if higher
+    assert verdict(found) == cause.kind and found[0] is cause
+
+
+@pytest.mark.parametrize("symptom, other", [
+    # every rank writes small and synchronous: that does not set the straggler apart
+    (_f("straggler_rank", "warning", 0, 10, ranks=[1]),
+     _f("small_sync_writes", "warning", 0, 10, ranks=[0, 1, 2, 3], ev={"ranks_affected": 4, "ranks": 4})),
+    (_f("flush_commit_stall", "warning", 20, 30), _f("slot_saturation", "warning", 0, 10)),       # apart in time
+    (_f("slot_saturation", "critical", 0, 10), _f("server_unresponsive", "warning", 0, 10, servers=["b:2049"])),
+])
+def test_no_explanation_where_the_cause_does_not_reach_the_symptom(symptom, other):
+    from slotscope.analyzer.findings import explain
+    explain([symptom, other])
+    assert symptom.explained_by is None and "explained by" not in symptom.summary

@@ -114,3 +114,16 @@ def test_healthy_save(unconstrained):
     assert result["verdict"] == "healthy", result["findings"]
     assert not serious(result)
     assert sorted(r["rank"] for r in result["ranks"]) == ranks_of(unconstrained)
+
+
+def test_a_straggler_is_explained_by_its_small_sync_writes(mixed):
+    """Rank 1 writes 4 KiB O_SYNC while the others write 64 KiB and fsync once: it ends ~10x
+    later than the median. The cause is named, not the symptom: the verdict is small_sync_writes
+    (it was straggler_rank before causes came before symptoms), and the straggler finding says
+    what explains it."""
+    result = analyze(mixed)
+    assert result["verdict"] == "small_sync_writes"
+    cause, symptom = finding(result, "small_sync_writes"), finding(result, "straggler_rank")
+    assert cause["ranks"] == symptom["ranks"] == [1] and cause["explained_by"] is None
+    assert symptom["explained_by"] == "small_sync_writes" and "explained by small_sync_writes" in symptom["summary"]
+    assert result["findings"].index(cause) < result["findings"].index(symptom)
