@@ -80,6 +80,8 @@ def _analyze(args) -> int:
         thresholds = Thresholds().override(args.threshold)
         since = parse_when(args.since, job) if args.since else None
         until = parse_when(args.until, job) if args.until else None
+        if args.save is not None:
+            since, until = _save_window(job, args.save, thresholds)
         logs = [read_kernel_log(path) for path in args.kernel_log]
     except (ValueError, KernelLogError) as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
@@ -111,6 +113,16 @@ def _analyze(args) -> int:
         if args.html:
             print(f"\nreport written to {args.html}")
     return 0
+
+
+def _save_window(job, number: int, thresholds) -> tuple[int, int]:
+    """The UTC window of save `number` (1, 2, ...) of the job; ValueError when there is none."""
+    from slotscope.analyzer.saves import find_saves
+    saves = find_saves(job, thresholds.save_gap_s)
+    if not 1 <= number <= len(saves):
+        raise ValueError(f"--save {number}: the capture holds {len(saves)} save{'' if len(saves) == 1 else 's'}"
+                         + (f" (1-{len(saves)})" if len(saves) > 1 else ""))
+    return saves[number - 1].start_ns, saves[number - 1].end_ns
 
 
 def _dump(args) -> int:
@@ -239,6 +251,8 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
     a.add_argument("--since", metavar="T", help="only from T: seconds since the capture started, or ISO 8601 UTC")
     a.add_argument("--until", metavar="T", help="only until T (same forms as --since)")
+    a.add_argument("--save", type=int, metavar="N", help="only save N of the recording (its window: the "
+                   "saves are listed in the report); instead of --since/--until")
     a.add_argument("--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)")
     a.add_argument("--kernel-log", action="append", default=[], metavar="FILE",
                    help="also read a kernel log (dmesg or journalctl -k output; also without a capture)")

@@ -1,6 +1,9 @@
 """The saves of a recording: bursts of file events apart by save_gap_s, named from their files,
 each analysed on its own, and compared (analyzer/saves.py, analyzer/checkpoints.py)."""
+import json
+
 import numpy as np
+from unit_helpers import assert_one_line_error, run_slotscope
 
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.checkpoints import describe
@@ -68,7 +71,8 @@ def _writes(start_s, tgid, path, n=4):
     return rows
 
 
-def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
+def three_saves(build_capture):
+    """A capture of two processes saving three times, 30 s apart, the third save twice as big."""
     rows = []
     for k, start in enumerate((100, 130, 160)):
         for tgid in (201, 202):
@@ -79,7 +83,11 @@ def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
                      "dev": None, "bytes": None})
     rows.append({**rows[0], "syscall": "openat", "ts_enter": 50 * S, "ts_exit": 50 * S + 10,
                  "path": "/mnt/ckpt/config.json", "ino": 999})     # read, never written: no save
-    result = analyze(Job.open([build_capture(syscalls=rows)]), "test")
+    return build_capture(syscalls=rows)
+
+
+def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
+    result = analyze(Job.open([three_saves(build_capture)]), "test")
     saves = result["saves"]
     assert [s["number"] for s in saves] == [1, 2, 3]
     assert [round(s["seconds"], 3) for s in saves] == [5.5, 5.5, 9.5]     # mkdir to the last close
@@ -89,3 +97,14 @@ def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
     assert saves[0]["directory"] == "/mnt/ckpt/step_1" and saves[0]["files"] == 2
     assert result["save_trend"]["slowest"] == 3
     assert "bytes written 16.0 MiB against 8.0 MiB" in result["save_trend"]["text"]
+
+
+def test_analyze_one_save_of_the_recording(build_capture):
+    cap = three_saves(build_capture)
+    res = run_slotscope("analyze", "--json", "--save", "2", cap)
+    assert res.returncode == 0, res.stderr
+    result = json.loads(res.stdout)
+    [save] = result["saves"]
+    assert save["what"] == "torch.save checkpoint step_2/: 2 files (r201.pt, r202.pt)"
+    assert sum(r["bytes_written"] for r in result["ranks"]) == 8 * 2**20
+    assert_one_line_error(run_slotscope("analyze", "--save", "4", cap), "--save 4", "holds 3 saves (1-3)")
