@@ -130,7 +130,10 @@ def slot_saturation(ctx: Context) -> list[Finding]:
         if tr["session_slots"]:
             limit = min(limit or tr["session_slots"], tr["session_slots"])
         window_ns = ctx.window[1] - ctx.window[0] if ctx.window else None
-        achieved = (pc.sum(done["io_count"]).as_py() or 0) / (window_ns / S) if window_ns else None
+        # throughput while WRITEs were being sent: a save's planning (DCP's collectives) and its
+        # last small files are not time the slots could have carried more
+        sending_ns = (pc.max(done["ts_end"]).as_py() or 0) - (pc.min(done["ts_reserved"]).as_py() or 0)
+        achieved = (pc.sum(done["io_count"]).as_py() or 0) / (sending_ns / S) if sending_ns > 0 else None
         ceiling = limit * write_bytes / (hold / S) if limit and hold else None
         link = tr["link"] or {}
         ev = {
@@ -140,7 +143,7 @@ def slot_saturation(ctx: Context) -> list[Finding]:
             "mean_waiting": round(tr["mean_waiting"], 2), "write_rpcs": n, "mean_write_bytes": round(write_bytes),
             "slot_wait_share": round(wait_share, 3), "mean_slot_wait_ms": round(wait / n / 1e6, 3) if n else None,
             "mean_rtt_ms": round(rtt / 1e6, 3), "mean_slot_hold_ms": round(hold / 1e6, 3) if hold else None,
-            "throughput_Bps": round(achieved) if achieved else None,
+            "sending_s": _s(sending_ns), "throughput_Bps": round(achieved) if achieved else None,
             "littles_law_ceiling_Bps": round(ceiling) if ceiling else None,
             "throughput_vs_ceiling": round(achieved / ceiling, 3) if achieved and ceiling else None,
             "link_iface": link.get("iface"), "link_speed_bps": link.get("speed_bps"),

@@ -92,6 +92,8 @@ def _analyze(args) -> int:
         import pyarrow as pa
         log = pa.concat_tables(logs) if logs else None
         result = analyze(job, slotscope_version(), thresholds, log, args.rank or None)
+        if args.save is not None and len(result["saves"]) == 1:
+            result["saves"][0]["number"] = args.save      # its number in the whole recording
         if args.html:
             from slotscope.analyzer.report_html import write_html
             try:

@@ -105,6 +105,7 @@ def test_analyze_one_save_of_the_recording(build_capture):
     assert res.returncode == 0, res.stderr
     result = json.loads(res.stdout)
     [save] = result["saves"]
+    assert save["number"] == 2
     assert save["what"] == "torch.save checkpoint step_2/: 2 files (r201.pt, r202.pt)"
     assert sum(r["bytes_written"] for r in result["ranks"]) == 8 * 2**20
     assert_one_line_error(run_slotscope("analyze", "--save", "4", cap), "--save 4", "holds 3 saves (1-3)")
