@@ -141,9 +141,11 @@ def save_report(save: Save, result: dict) -> dict:
     write = result["rpc"]["by_proc"].get("WRITE") or {}
     return {
         "number": save.number, "start": iso_utc(save.start_ns), "end": iso_utc(save.end_ns),
-        "seconds": save.seconds, "first_write": iso_utc(save.first_write_ns),
+        "duration_s": save.seconds, "first_write": iso_utc(save.first_write_ns),
         "before_first_write_ns": save.first_write_ns - save.start_ns,
         "directory": save.directory, "what": save.what["text"], "formats": save.what["formats"],
+        # DESIGN.md's one format: the library's, "mixed" for a save of several, null when none is known
+        "format": (save.what["formats"] or [None])[0] if len(save.what["formats"]) <= 1 else "mixed",
         "bytes": save.bytes, "files": len(save.files), "renamed": save.renamed,
         "ranks": len({(r["host"], r["rank"]) for r in wrote if r["rank"] is not None}),
         "by_rank": [{"rank": r["rank"], "host": r["host"], "pids": r["pids"], "bytes": r["bytes_written"],

@@ -138,7 +138,7 @@ def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
     out = []
     for s in saves:
         slow = s["slowest_rank"]
-        out += _wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({s['seconds']:.2f} s): "
+        out += _wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({s['duration_s']:.2f} s): "
                      f"{s['what']}, {size(s['bytes'])}"
                      + (f"; {s['renamed']} of its {s['files']} files written under a temporary name and renamed"
                         if s["renamed"] else "")

@@ -136,10 +136,10 @@ def trend(saves: list[dict]) -> dict | None:
     fastest, and which measures grew with it."""
     if len(saves) < 2:
         return None
-    fastest = min(saves, key=lambda s: s["seconds"])
-    slowest = max(saves, key=lambda s: s["seconds"])
-    ratio = slowest["seconds"] / fastest["seconds"] if fastest["seconds"] else None
-    out = {"durations_s": [round(s["seconds"], 3) for s in saves], "fastest": fastest["number"],
+    fastest = min(saves, key=lambda s: s["duration_s"])
+    slowest = max(saves, key=lambda s: s["duration_s"])
+    ratio = slowest["duration_s"] / fastest["duration_s"] if fastest["duration_s"] else None
+    out = {"durations_s": [round(s["duration_s"], 3) for s in saves], "fastest": fastest["number"],
            "slowest": slowest["number"], "ratio": ratio, "changed": []}
     if ratio is None or ratio < SLOWER:
         out["text"] = (f"{len(saves)} saves of {min(out['durations_s']):.2f}-{max(out['durations_s']):.2f} s: "
@@ -154,7 +154,7 @@ def trend(saves: list[dict]) -> dict | None:
     if slowest["verdict"] != fastest["verdict"]:
         why.insert(0, f"verdict {slowest['verdict']} against {fastest['verdict']}")
     out["text"] = (f"save {slowest['number']} took {ratio:.1f}x as long as save {fastest['number']} "
-                   f"({slowest['seconds']:.2f} s against {fastest['seconds']:.2f} s)"
+                   f"({slowest['duration_s']:.2f} s against {fastest['duration_s']:.2f} s)"
                    + (": " + "; ".join(why) if why else ": nothing traced changed as much; the time went "
                       "outside the traced calls (the job's own computing or collectives)"))
     return out

@@ -39,7 +39,7 @@ def test_other_layouts_by_suffix_and_same_names_in_many_directories():
 
 
 def _save(number, seconds, verdict="healthy", **measures):
-    return {"number": number, "seconds": seconds, "verdict": verdict, "bytes": 100, "write_execute_ns": 1e6,
+    return {"number": number, "duration_s": seconds, "verdict": verdict, "bytes": 100, "write_execute_ns": 1e6,
             "slot_wait_ns": None, "flush_ns": 1e8, **measures}
 
 
@@ -90,11 +90,12 @@ def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
     result = analyze(Job.open([three_saves(build_capture)]), "test")
     saves = result["saves"]
     assert [s["number"] for s in saves] == [1, 2, 3]
-    assert [round(s["seconds"], 3) for s in saves] == [5.5, 5.5, 9.5]     # mkdir to the last close
+    assert [round(s["duration_s"], 3) for s in saves] == [5.5, 5.5, 9.5]     # mkdir to the last close
     assert [s["bytes"] for s in saves] == [8 * 2**20, 8 * 2**20, 16 * 2**20]
     assert [s["what"] for s in saves] == [f"torch.save checkpoint step_{k}/: 2 files (r201.pt, r202.pt)"
                                           for k in (1, 2, 3)]
     assert saves[0]["directory"] == "/mnt/ckpt/step_1" and saves[0]["files"] == 2
+    assert [s["format"] for s in saves] == ["torch"] * 3      # DESIGN.md's JSON contract
     assert result["save_trend"]["slowest"] == 3
     assert "bytes written 16.0 MiB against 8.0 MiB" in result["save_trend"]["text"]
 

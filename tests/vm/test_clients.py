@@ -44,7 +44,7 @@ def check_saves(out, result):
     offset = utc_offset_ns(json.loads((out / "capture" / "meta.json").read_text()))
     expected = client_saves(rec)
     assert [s["number"] for s in result["saves"]] == list(range(1, len(expected) + 1)), \
-        [(s["what"], s["start"], s["seconds"]) for s in result["saves"]]
+        [(s["what"], s["start"], s["duration_s"]) for s in result["saves"]]
     for (client, step, by_rank), save in zip(expected, result["saves"]):
         assert save["formats"] == [FORMAT[client]], (client, save["what"])
         start = min(s["start"] for s in by_rank.values()) * 1e9 + offset
