@@ -147,7 +147,8 @@ def trend(saves: list[dict]) -> dict | None:
         return out
     for key, label, fmt in TREND_MEASURES:
         a, b = fastest.get(key), slowest.get(key)
-        if a and b and b / a >= SLOWER:       # what grew with the time, not what shrank
+        # what grew with the time (not what shrank), by more than the figures' last digit
+        if a and b and b / a >= SLOWER and fmt(a) != fmt(b):
             out["changed"].append({"measure": key, "fastest": a, "slowest": b,
                                    "text": f"{label} {fmt(b)} against {fmt(a)}"})
     why = [c["text"] for c in out["changed"]]

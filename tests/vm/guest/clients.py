@@ -16,7 +16,8 @@ The clients, one per checkpoint library:
   safetensors  safetensors.torch.save_file() per rank
 
 Each rank writes RESULTS/rank<r>.json: per save, the time it measured around its save call
-(CLOCK_MONOTONIC, as the capture's) and the files it produced with their sizes.
+(CLOCK_MONOTONIC, as the capture's) and the files it produced, relative to DIR (their sizes
+are read afterwards, from the server's side: a stat here would be NFS traffic of its own).
 """
 
 import argparse
@@ -110,9 +111,8 @@ def main():
             t1 = time.monotonic()
             saves.append({"client": client, "step": n, "dir": where, "start": t0, "end": t1,
                           "wall_s": round(t1 - t0, 4),
-                          "files": {os.path.join(step, f): os.path.getsize(os.path.join(where, f)) for f in names}})
-    result = {"rank": rank, "pid": os.getpid(), "clients": a.client, "saves": saves,
-              "bytes": sum(sum(s["files"].values()) for s in saves)}
+                          "files": [os.path.join(step, f) for f in names]})
+    result = {"rank": rank, "pid": os.getpid(), "clients": a.client, "saves": saves}
     Path(a.results, f"rank{rank}.json").write_text(json.dumps(result, indent=2) + "\n")
     dist.barrier()
     dist.destroy_process_group()

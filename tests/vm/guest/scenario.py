@@ -481,8 +481,11 @@ def client_job(spec, agent=None):
     ranks = []
     for rank in range(spec["ranks"]):
         r = json.loads((results / f"rank{rank}.json").read_text())
+        for s in r["saves"]:        # the sizes the server holds
+            s["files"] = {f: (EXPORT / CKPT / f).stat().st_size for f in s["files"]}
         r["wall_s"] = round(sum(s["wall_s"] for s in r["saves"]), 4)
         r["files"] = {f: n for s in r["saves"] for f, n in s["files"].items()}
+        r["bytes"] = sum(r["files"].values())
         ranks.append(r)
     return ranks, used
 
