@@ -29,6 +29,7 @@ from slotscope.capture.syscalls import FLUSH_SYSCALLS, METADATA_SYSCALLS, OPEN_S
 from .job import Job
 from .plot_data import (HEATMAP_BINS, MAX_STEP_POINTS, RankCalls, Steps, TimeContext, blocked_share,
                         latency_split, link_rates, occupancy, rank_calls, size_histogram, write_sizes)
+from .ranks import rank_name
 from .rpcs import REST, SPLIT
 from .units import clock, ms, round_rate
 
@@ -275,7 +276,7 @@ def _link_plot(ctx: TimeContext, result: dict) -> Plot:
 # --------------------------------------------------------------------------- (3) per-rank blocked time
 
 def _rank_label(r: dict, many_hosts: bool) -> str:
-    name = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]}"
+    name = rank_name(r)
     return _mpl(f"{r['host']} {name}" if many_hosts else name)
 
 

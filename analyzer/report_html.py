@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from slotscope.capture.safepath import create_file
 
 from .job import Job, utc_ns
-from .report_text import _value, rank_ranges
+from .report_text import _value, headline, rank_ranges
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, pct, rate, round_rate, seconds, size
 
@@ -202,11 +202,7 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
     head = f"verdict: {verdict}"
     if result["findings"] and result["verdict"] not in (None, "healthy"):
         head += f" ({result['findings'][0]['severity']})"
-    sub = []
-    if result.get("window"):
-        w = result["window"]
-        n = sum(1 for r in result["ranks"] if r["rank"] is not None)
-        sub.append(f"save window {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), {n} ranks")
+    sub = headline(result)
     hosts = sorted({c["host"] or "?" for c in result["captures"]})
     title = f"slotscope: {verdict} ({', '.join(hosts)})" if hosts else f"slotscope: {verdict}"
     css = files("slotscope.analyzer").joinpath("report.css").read_text(encoding="utf-8")
@@ -221,7 +217,7 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
         f"{_e(', '.join(c['path'] for c in result['captures']) or 'no capture')}</h1>",
         f'<section id="verdict" class="banner sev-{sev}" data-verdict="{_e(result["verdict"] or "")}" '
         f'data-severity="{sev}"><div class="verdict">{_e(head)}</div>',
-        "".join(f'<div class="sub">{_e(s)}</div>' for s in sub),
+        f'<div class="sub">{_e(sub)}</div>' if sub else "",
         "</section>",
     ]
     if result["notes"]:
