@@ -1,6 +1,7 @@
 """The HTML report of an analysis: one self-contained page (inline CSS, plots as inline SVG,
 no scripts, nothing fetched) with the content of the terminal report and the five plots of
-plots.py. The style sheet is report.css, shipped with the package and inlined here.
+plots.py, the recording's saves marked on the time plots. The style sheet is report.css,
+shipped with the package and inlined here.
 """
 from __future__ import annotations
 
@@ -190,7 +191,8 @@ def _figure(plot: Plot) -> str:
         lo, hi = plot.xlims[0]
         attrs += (f' data-time-axis="utc" data-xlim-utc-ns="{lo} {hi}"'
                   f' data-xlims-utc-ns="{_e(";".join(f"{a} {b}" for a, b in plot.xlims))}"'
-                  f' data-axes-x="{_e(";".join(f"{a} {b}" for a, b in plot.axes_x))}"')
+                  f' data-axes-x="{_e(";".join(f"{a} {b}" for a, b in plot.axes_x))}"'
+                  f' data-saves-utc-ns="{_e(";".join(f"{s.number} {s.start} {s.end}" for s in plot.saves))}"')
     body = plot.svg if plot.svg else f'<p class="note">{_e(plot.note)}</p>'
     caption = f"<figcaption>{_e(plot.caption.strip())}</figcaption>" if plot.caption.strip() else ""
     return f"<figure {attrs}><h3>{_e(plot.title)}</h3>{body}{caption}</figure>"

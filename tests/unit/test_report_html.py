@@ -1,6 +1,6 @@
 """The HTML report (analyze --html): one self-contained file with the terminal report's content
-and five plots, three of them on one shared UTC time axis; capture strings escaped; and,
-where Chromium is installed, what a browser really shows."""
+and five plots, three of them on one shared UTC time axis with the recording's saves marked;
+capture strings escaped; and, where Chromium is installed, what a browser really shows."""
 from __future__ import annotations
 
 import os
@@ -19,9 +19,11 @@ from slotscope.capture.writer import CaptureWriter
 from slotscope.capture.tables import schema
 from slotscope.analyzer.analysis import analyze
 from slotscope.capture.reader import Capture
-from slotscope.analyzer.job import Job
+from slotscope.analyzer.job import Job, utc_ns
+from slotscope.analyzer.plot_data import SaveSpan, TimeContext
 from slotscope.analyzer.report_html import write_html
-from unit_helpers import REPO, assert_one_line_error, proc, run_slotscope, sc
+from unit_helpers import (REPO, START_NS, THREE_SAVES, assert_one_line_error, proc, run_slotscope, sc,
+                          three_saves)
 
 pytestmark = pytest.mark.unit
 
@@ -177,7 +179,6 @@ def test_sample_report_has_five_svg_plots_and_no_external_urls(sample_report):
 def test_sample_time_plots_share_one_utc_axis_around_the_save(sample_report):
     result, _, page = sample_report
     lo, hi = assert_shared_time_axis(page)
-    from slotscope.analyzer.job import utc_ns
     start, end = utc_ns(result["window"]["start"]), utc_ns(result["window"]["end"])
     assert lo < start < end < hi
     assert (hi - lo) < 1.2 * (end - start)     # the save fills the axis
@@ -231,6 +232,46 @@ def test_empty_capture_has_nothing_to_assess(build_capture, tmp_path):
     for name in PLOTS:
         assert page.figures[name]["notes"], name
     assert_self_contained(page, text)
+
+
+# --------------------------------------------------------------------------- the saves of a recording
+
+def test_the_time_axis_carries_one_span_per_save(build_capture):
+    job = Job.open([build_capture(syscalls=three_saves())])
+    ctx = TimeContext.of(job, analyze(job, "test"))
+    assert [s.number for s in ctx.saves] == [1, 2, 3]
+    for span, (a, b) in zip(ctx.saves, THREE_SAVES):
+        # the result's times are cut to the millisecond
+        assert abs(span.start - (START_NS + int(a * 1e9))) <= 1_000_000, span
+        assert abs(span.end - (START_NS + int(b * 1e9))) <= 1_000_000, span
+        assert ctx.x0 < span.start < span.end < ctx.x1
+
+
+def test_every_time_plot_marks_each_save(tmp_path):
+    from slotscope.analyzer.plots import C_SAVE
+    cap = Capture.open(SAMPLE)
+    shift = cap.meta["stop"]["monotonic_ns"] - cap.meta["start"]["monotonic_ns"]      # tiled_sample's
+    one = analyze(Job.open([SAMPLE]), "test")["saves"]
+    assert len(one) == 1
+    path = tiled_sample(str(tmp_path / "three"), copies=3, speed_bps=10_000_000_000)
+    result, text, page = report([path], tmp_path)
+    assert len(result["saves"]) == 3
+    expected = [SaveSpan(i + 1, utc_ns(one[0]["start"]) + i * shift, utc_ns(one[0]["end"]) + i * shift)
+                for i in range(3)]
+    for name in TIME_PLOTS:
+        fig = page.figures[name]
+        assert len(fig["svgs"]) == 1, (name, fig["notes"])
+        spans = [SaveSpan(*map(int, s.split())) for s in fig["attrs"]["data-saves-utc-ns"].split(";")]
+        assert [s.number for s in spans] == [1, 2, 3], name
+        for got, want in zip(spans, expected):
+            assert abs(got.start - want.start) <= 1_000_000 and abs(got.end - want.end) <= 1_000_000, (name, got)
+        svg_text = " ".join(fig["svg_text"])
+        assert all(f"save {n}" in svg_text for n in (1, 2, 3)) and "shaded: each save" in svg_text, name
+        # a shaded span per save on every axes of the plot
+        svg = text[text.index(f'id="plot-{name}"'):]
+        svg = svg[:svg.index("</figure>")]
+        axes = len(fig["attrs"]["data-xlims-utc-ns"].split(";"))
+        assert svg.count(f"fill: {C_SAVE}") == 3 * axes, name
 
 
 def test_capture_strings_are_escaped(build_capture, tmp_path):
