@@ -138,15 +138,19 @@ def _mark_saves(ax, ctx: TimeContext) -> None:
     """Shade each save from its start to its end, labelled "save N" at the top. Under the data
     (bars, lines) but over a heatmap's image, so it shows on every time plot."""
     lo, hi = ctx.xlim
+    room = (hi - lo) * SAVE_LABEL_ROOM
     last_label = -math.inf
     for s in ctx.saves:
         a, b = float(ctx.x(s.start)), float(ctx.x(s.end))
         ax.axvspan(a, max(b, a + (hi - lo) * PIXEL), color=C_SAVE, alpha=0.14, linewidth=0, zorder=0.5)
-        if a - last_label >= (hi - lo) * SAVE_LABEL_ROOM:      # saves close together: not one label on another
-            ax.text(a, 0.97, f"save {s.number}", transform=ax.get_xaxis_transform(), ha="left", va="top",
-                    fontsize=7.5, color=C_SAVE_LABEL, zorder=6, clip_on=True,
+        # from the save's start, or ending at its end when the axis ends too soon for the label
+        at_end = a + room > hi
+        x, left = (min(b, hi), min(b, hi) - room) if at_end else (a, a)
+        if left - last_label >= room:           # saves close together: not one label on another
+            ax.text(x, 0.97, f"save {s.number}", transform=ax.get_xaxis_transform(), ha="right" if at_end else "left",
+                    va="top", fontsize=7.5, color=C_SAVE_LABEL, zorder=6, clip_on=True,
                     bbox={"boxstyle": "square,pad=0.15", "facecolor": "#ffffff", "alpha": 0.75, "linewidth": 0})
-            last_label = a
+            last_label = left
 
 
 def _rows_figure(ctx: TimeContext, rows: int, height: float):
