@@ -23,7 +23,7 @@ from slotscope.capture.syscalls import FLUSH_SYSCALLS, METADATA_SYSCALLS, WRITE_
 from .attribution import attributed_writes
 from .calls import file_calls
 from .job import Job, iso_utc, with_host
-from .ranks import RANK_KEYS, blocked_calls, rank_key, with_identity
+from .ranks import RANK_KEYS, blocked_calls, rank_key, rank_name, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
@@ -497,7 +497,7 @@ def straggler_rank(ctx: Context) -> list[Finding]:
           "critical_path": {"rank": last["rank"], "host": last["host"],
                             "blocked_in": {k: {"count": v["count"], "total_s": _s(v["total_ns"])}
                                            for k, v in calls[:5]}}}
-    who = ", ".join(f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]}" for r in late[:5])
+    who = ", ".join(rank_name(r) for r in late[:5])
     summary = (f"{who} finished {(last['save_end_ns'] - t0) / S:.1f} s into the save, "
                f"{(last['save_end_ns'] - t0) / max(med_end, 1):.1f}x the median rank's {med_end / S:.1f} s; "
                f"the save waits for it")

@@ -1,7 +1,7 @@
 """What the HTML report's plots show, computed from the job and the analysis result with
-numpy and pyarrow only (plots.py draws it): the shared time axis and the data on it, step
-series reduced to bins, the calls per rank, the blocked share per time bin, the latency split
-per procedure, the write sizes."""
+numpy and pyarrow only (plots.py draws it): the shared time axis and the data on it (the
+saves marked on it, step series reduced to bins, the calls per rank, the blocked share per
+time bin), the latency split per procedure, the write sizes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +24,18 @@ MAX_SPLIT_PROCS = 20
 
 
 @dataclass
+class SaveSpan:
+    """One save of the recording on the time axis, UTC ns (to the millisecond of the result's times)."""
+    number: int
+    start: int
+    end: int
+
+
+def save_spans(result: dict) -> list[SaveSpan]:
+    return [SaveSpan(s["number"], utc_ns(s["start"]), utc_ns(s["end"])) for s in result.get("saves") or []]
+
+
+@dataclass
 class TimeContext:
     """The shared time axis: [x0, x1] in UTC ns, and the data drawn on it."""
     x0: int | None
@@ -32,20 +44,26 @@ class TimeContext:
     transports: list[dict]
     has_rpc: bool
     syscalls: pa.Table | None       # syscall rows with host, rank, solo, UTC times
+    saves: list[SaveSpan]           # every time plot marks them
 
     @classmethod
     def of(cls, job: Job, result: dict) -> "TimeContext":
         window = None
         if result.get("window"):
             window = (utc_ns(result["window"]["start"]), utc_ns(result["window"]["end"]))
+        saves = save_spans(result)
         sc = syscall_rows(job) if result["ranks"] else None
         if sc is not None:
             sc = with_identity(job, sc)
             sc = sc.append_column("enter_utc", job.to_utc(sc["host"], sc["ts_enter"]))
             sc = sc.append_column("exit_utc", job.to_utc(sc["host"], sc["ts_exit"]))
         if window:
-            pad = max((window[1] - window[0]) // 40, 200_000_000)
-            x0, x1 = window[0] - pad, window[1] + pad
+            # the saves whole: one can start before the window (a directory made by a process
+            # that writes nothing)
+            lo = min([window[0]] + [s.start for s in saves])
+            hi = max([window[1]] + [s.end for s in saves])
+            pad = max((hi - lo) // 40, 200_000_000)
+            x0, x1 = lo - pad, hi + pad
         else:
             x0 = x1 = None
         transports = transport_table(job, (x0, x1) if window else None)
@@ -69,7 +87,7 @@ class TimeContext:
                     x1 = x0 + 1_000_000_000
                 pad = max((x1 - x0) // 40, 200_000_000)
                 x0, x1 = x0 - pad, x1 + pad
-        return cls(x0, x1, window, transports, job.table("rpc") is not None, sc)
+        return cls(x0, x1, window, transports, job.table("rpc") is not None, sc, saves)
 
     @property
     def origin(self) -> int:

@@ -1,9 +1,9 @@
 """The HTML report's five plots, drawn with matplotlib as inline SVG from plot_data.
 
 Three share one UTC time axis, stacked and aligned (same x range, same axes width and left
-edge): slot occupancy against the limit per transport, link utilisation against capacity,
-and what each rank was blocked in. Two are not on the time axis: the latency split per
-procedure and the WRITE size histogram.
+edge), each with the recording's saves shaded on it: slot occupancy against the limit per
+transport, link utilisation against capacity, and what each rank was blocked in. Two are
+not on the time axis: the latency split per procedure and the WRITE size histogram.
 
 Imported only when a report is written (report_html.render_html), so importing the analyzer
 does not load matplotlib.
@@ -27,8 +27,9 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator, NullF
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, METADATA_SYSCALLS, OPEN_SYSCALLS, WRITE_SYSCALLS
 
 from .job import Job
-from .plot_data import (HEATMAP_BINS, MAX_STEP_POINTS, RankCalls, Steps, TimeContext, blocked_share,
+from .plot_data import (HEATMAP_BINS, MAX_STEP_POINTS, RankCalls, SaveSpan, Steps, TimeContext, blocked_share,
                         latency_split, link_rates, occupancy, rank_calls, size_histogram, write_sizes)
+from .ranks import rank_name
 from .rpcs import REST, SPLIT
 from .units import clock, ms, round_rate
 
@@ -39,6 +40,9 @@ LEFT_IN, RIGHT_IN = 1.15, 2.05
 TOP_IN, BOTTOM_IN, GAP_IN = 0.32, 0.42, 0.42
 MAX_BARS_VECTOR = 3000          # more syscall bars than this are drawn as one embedded image
 HEATMAP_RANKS = 64              # more ranks than this: blocked share per time bin, not bars
+PIXEL = 1 / 1500                # of the time axis: what is shorter is drawn this wide, so it still shows
+SAVE_LABEL_ROOM = 0.07          # of the time axis: a "save N" label closer to the previous one is left out
+SAVE_LABEL_IN = 0.2             # the strip above the rank rows that the "save N" labels take
 
 # Colours: syscalls by what they do, one colour per group (a call in two groups, as the open
 # calls that are metadata too, takes the first group's); the occupancy/link series.
@@ -48,6 +52,7 @@ SYSCALL_COLOURS = {name: colour for group, colour in reversed(GROUP_COLOURS) for
 EXTRA_COLOURS = ("#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d")
 C_IN_USE, C_WAITING, C_LIMIT, C_SESSION = "#1f77b4", "#ff7f0e", "#d62728", "#9467bd"
 C_TX, C_RX, C_CAPACITY, C_WINDOW = "#1f77b4", "#2ca02c", "#d62728", "#555555"
+C_SAVE, C_SAVE_LABEL = "#8a6d3b", "#5c4620"      # a neutral shade, apart from the series' colours
 SPLIT_COLOURS = {"slot_wait_ns": "#ff7f0e", "transmit_wait_ns": "#bcbd22", "rtt_ns": "#1f77b4", REST: "#9aa5b1"}
 
 
@@ -63,6 +68,7 @@ class Plot:
     # edges as fractions of the figure width (equal for all time plots: they line up)
     xlims: list[tuple[int, int]] = field(default_factory=list)
     axes_x: list[tuple[float, float]] = field(default_factory=list)
+    saves: list[SaveSpan] = field(default_factory=list)     # time plots: the saves marked on every axes
 
 
 def build_plots(job: Job, result: dict) -> dict[str, Plot]:
@@ -124,7 +130,35 @@ def _time_figure(ctx: TimeContext, heights: list[float]):
 
 def _axis_label(ctx: TimeContext) -> str:
     day = datetime.fromtimestamp(ctx.origin / 1e9, timezone.utc).strftime("%Y-%m-%d")
-    return f"time (UTC, {day})" + ("   dashed: the save window" if ctx.window else "")
+    keys = (["dashed: the save window"] if ctx.window else []) + (["shaded: each save"] if ctx.saves else [])
+    return f"time (UTC, {day})" + ("   " + "; ".join(keys) if keys else "")
+
+
+def _mark_saves(ax, ctx: TimeContext) -> None:
+    """Shade each save from its start to its end, labelled "save N" at the top. Under the data
+    (bars, lines) but over a heatmap's image, so it shows on every time plot."""
+    lo, hi = ctx.xlim
+    room = (hi - lo) * SAVE_LABEL_ROOM
+    last_label = -math.inf
+    for s in ctx.saves:
+        a, b = float(ctx.x(s.start)), float(ctx.x(s.end))
+        ax.axvspan(a, max(b, a + (hi - lo) * PIXEL), color=C_SAVE, alpha=0.14, linewidth=0, zorder=0.5)
+        # from the save's start, or ending at its end when the axis ends too soon for the label
+        at_end = a + room > hi
+        x, left = (min(b, hi), min(b, hi) - room) if at_end else (a, a)
+        if left - last_label >= room:           # saves close together: not one label on another
+            ax.text(x, 0.97, f"save {s.number}", transform=ax.get_xaxis_transform(), ha="right" if at_end else "left",
+                    va="top", fontsize=7.5, color=C_SAVE_LABEL, zorder=6, clip_on=True,
+                    bbox={"boxstyle": "square,pad=0.15", "facecolor": "#ffffff", "alpha": 0.75, "linewidth": 0})
+            last_label = left
+
+
+def _rows_figure(ctx: TimeContext, rows: int, height: float):
+    """A time figure of one axes with `rows` rows (the first at the top) in `height` inches, and a
+    strip above them for the saves' labels, so that no label hides a row: (figure, axes, ylim)."""
+    room = SAVE_LABEL_IN if ctx.saves else 0.0
+    fig, (ax,) = _time_figure(ctx, [height + room])
+    return fig, ax, (rows - 0.5, -0.5 - room * rows / height)
 
 
 def _finish_panels(plot: Plot, fig, axes, ctx: TimeContext, tag: str, more: int, more_what: str,
@@ -144,11 +178,13 @@ def _finish_panels(plot: Plot, fig, axes, ctx: TimeContext, tag: str, more: int,
 
 def _finish_time_plot(plot: Plot, fig, axes, ctx: TimeContext, tag: str) -> Plot:
     for ax in axes:
+        _mark_saves(ax, ctx)
         ax.set_xlim(*ctx.xlim)          # nothing drawn may have moved it
         lo, hi = ax.get_xlim()
         plot.xlims.append((int(round(lo * 1e9)) + ctx.origin, int(round(hi * 1e9)) + ctx.origin))
         pos = ax.get_position()
         plot.axes_x.append((round(pos.x0, 6), round(pos.x1, 6)))
+    plot.saves = ctx.saves
     plot.svg = _svg(fig, tag)
     return plot
 
@@ -275,7 +311,7 @@ def _link_plot(ctx: TimeContext, result: dict) -> Plot:
 # --------------------------------------------------------------------------- (3) per-rank blocked time
 
 def _rank_label(r: dict, many_hosts: bool) -> str:
-    name = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]}"
+    name = rank_name(r)
     return _mpl(f"{r['host']} {name}" if many_hosts else name)
 
 
@@ -300,9 +336,9 @@ def _rank_plot(ctx: TimeContext, result: dict) -> Plot:
         colours[name] = SYSCALL_COLOURS.get(name) or next(extra, "#7f7f7f")
     n = len(ranks)
     row_h = 0.24 if n <= 12 else max(0.13, 3.2 / n)
-    fig, (ax,) = _time_figure(ctx, [max(1.0, row_h * n + 0.3)])
+    fig, ax, ylim = _rows_figure(ctx, n, max(1.0, row_h * n + 0.3))
     lo, hi = ctx.xlim
-    min_w = (hi - lo) / 1500              # a call shorter than a pixel still shows
+    min_w = (hi - lo) * PIXEL
     x_start = ctx.x(calls.enter)
     widths = np.maximum((calls.leave - calls.enter) / 1e9, min_w)
     dense = calls.row.size > MAX_BARS_VECTOR
@@ -314,7 +350,7 @@ def _rank_plot(ctx: TimeContext, result: dict) -> Plot:
         coll = PolyCollection(verts, facecolors=colours[name], edgecolors="none", linewidths=0,
                               rasterized=dense)
         ax.add_collection(coll)
-    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_ylim(*ylim)
     step = max(1, math.ceil(n / 24))
     ax.set_yticks(range(0, n, step))
     ax.set_yticklabels(labels[::step])
@@ -336,12 +372,13 @@ def _rank_plot(ctx: TimeContext, result: dict) -> Plot:
 def _rank_heatmap(plot: Plot, ctx: TimeContext, calls: RankCalls, labels: list[str]) -> Plot:
     n = len(labels)
     grid = blocked_share(ctx, calls, n)
-    fig, (ax,) = _time_figure(ctx, [4.8])
+    fig, ax, ylim = _rows_figure(ctx, n, 4.8)
     lo, hi = ctx.xlim
     cmap = LinearSegmentedColormap.from_list("blocked", ["#ffffff", "#fdd49e", "#fc8d59", "#d7301f", "#7f0000"])
     img = ax.imshow(grid, aspect="auto", cmap=cmap, vmin=0, vmax=1, extent=(lo, hi, n - 0.5, -0.5),
                     interpolation="nearest", rasterized=True)
     ax.set_xlim(lo, hi)
+    ax.set_ylim(*ylim)
     ticks = np.unique(np.linspace(0, n - 1, 12).round().astype(int))
     ax.set_yticks(ticks)
     ax.set_yticklabels([labels[i] for i in ticks])

@@ -18,6 +18,12 @@ def rank_key(r: dict) -> tuple:
     return (r["host"], r["rank"], r["pids"][0] if r["rank"] is None else None)
 
 
+def rank_name(r: dict) -> str:
+    """How the reports name a rank_table entry (or one with its rank and pids): 'rank 3', or
+    'pid 4242' for a process without a rank."""
+    return f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]}"
+
+
 def with_identity(job: Job, sc: pa.Table, tgid: str = "tgid") -> pa.Table:
     """`sc` with the rank and comm of its process, and `solo`: the pid of a process without a
     rank (it stands alone), null for ranked ones. (host, rank, solo) names a rank entry."""

@@ -1,6 +1,7 @@
 """The HTML report of an analysis: one self-contained page (inline CSS, plots as inline SVG,
 no scripts, nothing fetched) with the content of the terminal report and the five plots of
-plots.py. The style sheet is report.css, shipped with the package and inlined here.
+plots.py, the recording's saves marked on the time plots. The style sheet is report.css,
+shipped with the package and inlined here.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 from slotscope.capture.safepath import create_file
 
 from .job import Job, utc_ns
-from .report_text import _value, rank_ranges
+from .report_text import _value, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, pct, rate, round_rate, seconds, size
 
@@ -54,14 +55,16 @@ def _severity(result: dict) -> str:
     return next((s for s in SEVERITY_ORDER if s in sev), "info")
 
 
-def _table(head: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "") -> str:
+def _table(head: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "",
+           row_classes: list[str] | None = None) -> str:
     """A table; every cell is escaped here."""
     out = [f'<table class="{cls}">' if cls else "<table>", "<thead><tr>"]
     out += [f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>" for i, h in enumerate(head)]
     out.append("</tr></thead><tbody>")
-    for row in rows:
-        out.append("<tr>" + "".join(f'<td class="n">{_e(c)}</td>' if i in numeric else f"<td>{_e(c)}</td>"
-                                     for i, c in enumerate(row)) + "</tr>")
+    for n, row in enumerate(rows):
+        tr = f'<tr class="{_e(row_classes[n])}">' if row_classes else "<tr>"
+        out.append(tr + "".join(f'<td class="n">{_e(c)}</td>' if i in numeric else f"<td>{_e(c)}</td>"
+                                for i, c in enumerate(row)) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -116,6 +119,24 @@ def _finding(f: dict) -> str:
         f'<p class="fix"><b>fix:</b> {_e(f["fix"])}</p>',
         "</article>",
     ])
+
+
+def _saves(result: dict) -> str:
+    """The recording's saves, one row each with its verdict's colour, and how they compare."""
+    saves = result["saves"]
+    if not saves:
+        return '<section id="saves"><h2>Saves</h2><p class="note">none: no traced file was written</p></section>'
+    rows = [[s["number"], f"{clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC",
+             seconds(1e9 * s["duration_s"]), s["what"], size(s["bytes"]), slowest_rank(s) or "-", s["verdict"] or "-",
+             ", ".join(dict.fromkeys(f["kind"] for f in s["findings"])) or "none"] for s in saves]
+    out = ['<section id="saves"><h2>Saves</h2>',
+           _table(["save", "window", "duration (s)", "what was saved", "bytes", "slowest rank", "verdict",
+                   "findings"], rows, numeric={0, 2, 4}, cls="saves",
+                  row_classes=[f"sev-{_severity(s)}" for s in saves])]
+    if result.get("save_trend"):
+        out.append(f'<p class="trend"><b>trend:</b> {_e(result["save_trend"]["text"])}</p>')
+    out.append("</section>")
+    return "".join(out)
 
 
 def _rank_table(ranks: list[dict]) -> str:
@@ -190,7 +211,8 @@ def _figure(plot: Plot) -> str:
         lo, hi = plot.xlims[0]
         attrs += (f' data-time-axis="utc" data-xlim-utc-ns="{lo} {hi}"'
                   f' data-xlims-utc-ns="{_e(";".join(f"{a} {b}" for a, b in plot.xlims))}"'
-                  f' data-axes-x="{_e(";".join(f"{a} {b}" for a, b in plot.axes_x))}"')
+                  f' data-axes-x="{_e(";".join(f"{a} {b}" for a, b in plot.axes_x))}"'
+                  f' data-saves-utc-ns="{_e(";".join(f"{s.number} {s.start} {s.end}" for s in plot.saves))}"')
     body = plot.svg if plot.svg else f'<p class="note">{_e(plot.note)}</p>'
     caption = f"<figcaption>{_e(plot.caption.strip())}</figcaption>" if plot.caption.strip() else ""
     return f"<figure {attrs}><h3>{_e(plot.title)}</h3>{body}{caption}</figure>"
@@ -202,11 +224,7 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
     head = f"verdict: {verdict}"
     if result["findings"] and result["verdict"] not in (None, "healthy"):
         head += f" ({result['findings'][0]['severity']})"
-    sub = []
-    if result.get("window"):
-        w = result["window"]
-        n = sum(1 for r in result["ranks"] if r["rank"] is not None)
-        sub.append(f"save window {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), {n} ranks")
+    sub = headline(result)
     hosts = sorted({c["host"] or "?" for c in result["captures"]})
     title = f"slotscope: {verdict} ({', '.join(hosts)})" if hosts else f"slotscope: {verdict}"
     css = files("slotscope.analyzer").joinpath("report.css").read_text(encoding="utf-8")
@@ -221,11 +239,13 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
         f"{_e(', '.join(c['path'] for c in result['captures']) or 'no capture')}</h1>",
         f'<section id="verdict" class="banner sev-{sev}" data-verdict="{_e(result["verdict"] or "")}" '
         f'data-severity="{sev}"><div class="verdict">{_e(head)}</div>',
-        "".join(f'<div class="sub">{_e(s)}</div>' for s in sub),
+        f'<div class="sub">{_e(sub)}</div>' if sub else "",
         "</section>",
     ]
     if result["notes"]:
         out.append('<div class="notes">' + "".join(f"<p>note: {_e(n)}</p>" for n in result["notes"]) + "</div>")
+    if "saves" in result:
+        out.append(_saves(result))
 
     out.append('<section id="findings"><h2>Findings</h2>')
     if result["findings"]:

@@ -7,6 +7,7 @@ import json
 import textwrap
 
 from .job import utc_ns
+from .ranks import rank_name
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, pct, rate, round_rate, seconds, size
 
@@ -133,19 +134,35 @@ def _counts(items) -> list[tuple]:
     return list(counts.items())
 
 
+def slowest_rank(save: dict) -> str | None:
+    """A save's slowest writer and its time: 'rank 2 (4.51 s)'."""
+    slow = save["slowest_rank"]
+    return slow and f"{rank_name(slow)} ({seconds(1e9 * slow['seconds'], unit=True)})"
+
+
+def headline(result: dict) -> str | None:
+    """The line under the verdict: the save window (or the saves) and the ranks in it."""
+    if not result.get("window"):
+        return None
+    w, saves = result["window"], result.get("saves") or []
+    what = f"{len(saves)} saves" if len(saves) > 1 else "save window"
+    return (f"{what} {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), "
+            f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks"
+            + (", verdicts " + ", ".join(f"{v} x{n}" for v, n in _counts(s["verdict"] for s in saves))
+               if len(saves) > 1 else ""))
+
+
 def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
     """The recording's saves, one line each, and how they compare."""
     out = []
     for s in saves:
-        slow = s["slowest_rank"]
         out += _wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({s['duration_s']:.2f} s): "
                      f"{s['what']}, {size(s['bytes'])}"
                      + (f"; {s['renamed']} of its {s['files']} files written under a temporary name and renamed"
                         if s["renamed"] else "")
                      + f"; first write {seconds(s['before_first_write_ns'], unit=True)} after the first file event"
                      + (" (DCP plans the save with collectives before writing)" if "dcp" in s["formats"] else "")
-                     + (f"; slowest rank {slow['rank'] if slow['rank'] is not None else 'pid ' + str(slow['pids'][0])} "
-                        f"({slow['seconds']:.2f} s)" if slow else "")
+                     + (f"; slowest {slowest_rank(s)}" if s["slowest_rank"] else "")
                      + f"; verdict {s['verdict'] or '-'}", "  ")
     if trend:
         out += _wrap(f"trend: {trend['text']}", "  ")
@@ -158,13 +175,9 @@ def render_text(result: dict) -> str:
     if findings and result["verdict"] != "healthy":
         head += f" ({findings[0]['severity']})"
     out = [head]
-    if result.get("window"):
-        w, saves = result["window"], result.get("saves") or []
-        what = f"{len(saves)} saves" if len(saves) > 1 else "save window"
-        out.append(f"{what} {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), "
-                   f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks"
-                   + (", verdicts " + ", ".join(f"{v} x{n}" for v, n in _counts(s["verdict"] for s in saves))
-                      if len(saves) > 1 else ""))
+    sub = headline(result)
+    if sub:
+        out.append(sub)
     out += [line for n in result["notes"] for line in _wrap(f"note: {n}", "")]
     if result.get("saves"):
         out += ["", "saves" if len(result["saves"]) > 1 else "the save"]

@@ -1,6 +1,7 @@
 """The HTML report (analyze --html): one self-contained file with the terminal report's content
-and five plots, three of them on one shared UTC time axis; capture strings escaped; and,
-where Chromium is installed, what a browser really shows."""
+and five plots, three of them on one shared UTC time axis with the recording's saves marked;
+the saves listed; capture strings escaped; and, where Chromium is installed, what a browser
+really shows."""
 from __future__ import annotations
 
 import os
@@ -19,9 +20,12 @@ from slotscope.capture.writer import CaptureWriter
 from slotscope.capture.tables import schema
 from slotscope.analyzer.analysis import analyze
 from slotscope.capture.reader import Capture
-from slotscope.analyzer.job import Job
+from slotscope.analyzer.job import Job, utc_ns
+from slotscope.analyzer.plot_data import SaveSpan, TimeContext
 from slotscope.analyzer.report_html import write_html
-from unit_helpers import REPO, assert_one_line_error, proc, run_slotscope, sc
+from slotscope.analyzer.units import clock
+from unit_helpers import (REPO, START_NS, THREE_SAVES, assert_one_line_error, proc, run_slotscope, sc,
+                          three_saves)
 
 pytestmark = pytest.mark.unit
 
@@ -31,15 +35,20 @@ TIME_PLOTS = ("occupancy", "link", "ranks")
 
 
 class Page(HTMLParser):
-    """What the report's HTML holds: tags with attributes, text, and per figure its SVGs and notes."""
+    """What the report's HTML holds: tags with attributes, text, per figure its SVGs and notes,
+    and per section the rows of its tables (their cells' text) and its other text."""
 
     def __init__(self, text: str):
         super().__init__(convert_charrefs=True)
         self.tags: list[tuple[str, dict]] = []
         self.text: list[str] = []
         self.figures: dict[str, dict] = {}
+        self.rows: dict[str, list[tuple[dict, list[str]]]] = {}     # section id -> (tr attributes, cells)
+        self.section_text: dict[str, list[str]] = {}
         self._figure: str | None = None
+        self._section: str | None = None
         self._in_note = False
+        self._in_cell = False
         self._in_svg = 0
         self.feed(text)
         self.close()
@@ -47,7 +56,15 @@ class Page(HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         self.tags.append((tag, a))
-        if tag == "figure" and "data-plot" in a:
+        if tag == "section" and "id" in a:
+            self._section = a["id"]
+            self.rows[self._section], self.section_text[self._section] = [], []
+        elif tag == "tr" and self._section:
+            self.rows[self._section].append((a, []))
+        elif tag in ("td", "th") and self._section and self.rows[self._section]:
+            self.rows[self._section][-1][1].append("")
+            self._in_cell = True
+        elif tag == "figure" and "data-plot" in a:
             self._figure = a["data-plot"]
             self.figures[self._figure] = {"attrs": a, "svgs": [], "notes": [], "svg_text": []}
         elif tag == "svg" and self._figure:
@@ -58,7 +75,11 @@ class Page(HTMLParser):
             self._in_note = True
 
     def handle_endtag(self, tag):
-        if tag == "figure":
+        if tag == "section":
+            self._section = None
+        elif tag in ("td", "th"):
+            self._in_cell = False
+        elif tag == "figure":
             self._figure = None
         elif tag == "svg" and self._in_svg:
             self._in_svg -= 1
@@ -67,6 +88,10 @@ class Page(HTMLParser):
 
     def handle_data(self, data):
         self.text.append(data)
+        if self._section:
+            self.section_text[self._section].append(data)
+            if self._in_cell:
+                self.rows[self._section][-1][1][-1] += data
         if self._figure and self._in_note:
             self.figures[self._figure]["notes"].append(data)
         if self._figure and self._in_svg:
@@ -133,8 +158,8 @@ def test_sample_report_verdict_first_and_every_section(sample_report):
     assert banners[0]["data-verdict"] == "slot_saturation" == result["verdict"]
     assert banners[0]["data-severity"] == "critical"
     assert "sev-critical" in banners[0]["class"]
-    # the banner comes before anything else of substance
-    assert text.index('id="verdict"') < text.index('id="findings"') < text.index('id="timeline"')
+    # the banner comes before anything else of substance, the saves right after it
+    assert text.index('id="verdict"') < text.index('id="saves"') < text.index('id="findings"') < text.index('id="timeline"')
     body = page.all_text()
     assert "verdict: slot_saturation (critical)" in body
     kinds = {a["data-kind"] for a in page.find("article")}
@@ -145,7 +170,7 @@ def test_sample_report_verdict_first_and_every_section(sample_report):
         assert f["fix"] in body
     for c in result["checklist"]:
         assert c["question"] in body
-    for section in ("findings", "checklist", "timeline", "ranks", "transports", "rpcs", "sizes", "captures"):
+    for section in ("saves", "findings", "checklist", "timeline", "ranks", "transports", "rpcs", "sizes", "captures"):
         assert page.find("section", id=section), section
     assert "10.0.0.1:2049" in body and "veth1" in body and "WRITE" in body
     assert "6.1.0-57-amd64" in body           # the capture's kernel, in captures and losses
@@ -177,7 +202,6 @@ def test_sample_report_has_five_svg_plots_and_no_external_urls(sample_report):
 def test_sample_time_plots_share_one_utc_axis_around_the_save(sample_report):
     result, _, page = sample_report
     lo, hi = assert_shared_time_axis(page)
-    from slotscope.analyzer.job import utc_ns
     start, end = utc_ns(result["window"]["start"]), utc_ns(result["window"]["end"])
     assert lo < start < end < hi
     assert (hi - lo) < 1.2 * (end - start)     # the save fills the axis
@@ -230,7 +254,72 @@ def test_empty_capture_has_nothing_to_assess(build_capture, tmp_path):
     assert page.find("svg") == []
     for name in PLOTS:
         assert page.figures[name]["notes"], name
+    assert "no traced file was written" in " ".join(page.section_text["saves"])
     assert_self_contained(page, text)
+
+
+# --------------------------------------------------------------------------- the saves of a recording
+
+def test_the_saves_are_listed_after_the_verdict_one_row_each(build_capture, tmp_path):
+    result, text, page = report([build_capture(syscalls=three_saves())], tmp_path)
+    saves = result["saves"]
+    assert len(saves) == 3 and result["save_trend"]
+    assert text.index('id="verdict"') < text.index('id="saves"') < text.index('id="findings"')
+    assert "3 saves" in " ".join(page.section_text["verdict"])          # the line under the verdict
+    (_, head), *rows = page.rows["saves"]
+    assert head == ["save", "window", "duration (s)", "what was saved", "bytes", "slowest rank", "verdict",
+                    "findings"]
+    assert len(rows) == 3
+    for (attrs, cells), s, (a, b) in zip(rows, saves, THREE_SAVES):
+        assert cells[0] == str(s["number"])
+        assert cells[1] == f"{clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC"
+        assert cells[2] == f"{b - a:.2f}"
+        assert cells[3] == s["what"] and f"step_{s['number']}/" in cells[3]
+        assert cells[4] == ("16.0 MiB" if s["number"] == 3 else "8.0 MiB")
+        assert re.fullmatch(r"pid 20[12] \(\d+\.\d\d s\)", cells[5]), cells[5]      # no ranks: the pid
+        assert cells[6] == s["verdict"]
+        assert cells[7] == (", ".join(dict.fromkeys(f["kind"] for f in s["findings"])) or "none")
+        assert attrs["class"].startswith("sev-")
+    trend = " ".join(page.section_text["saves"])
+    assert result["save_trend"]["text"] in trend and "save 3 took" in trend
+
+
+def test_the_time_axis_carries_one_span_per_save(build_capture):
+    job = Job.open([build_capture(syscalls=three_saves())])
+    ctx = TimeContext.of(job, analyze(job, "test"))
+    assert [s.number for s in ctx.saves] == [1, 2, 3]
+    for span, (a, b) in zip(ctx.saves, THREE_SAVES):
+        # the result's times are cut to the millisecond
+        assert abs(span.start - (START_NS + int(a * 1e9))) <= 1_000_000, span
+        assert abs(span.end - (START_NS + int(b * 1e9))) <= 1_000_000, span
+        assert ctx.x0 < span.start < span.end < ctx.x1
+
+
+def test_every_time_plot_marks_each_save(tmp_path):
+    from slotscope.analyzer.plots import C_SAVE
+    cap = Capture.open(SAMPLE)
+    shift = cap.meta["stop"]["monotonic_ns"] - cap.meta["start"]["monotonic_ns"]      # tiled_sample's
+    one = analyze(Job.open([SAMPLE]), "test")["saves"]
+    assert len(one) == 1
+    path = tiled_sample(str(tmp_path / "three"), copies=3, speed_bps=10_000_000_000)
+    result, text, page = report([path], tmp_path)
+    assert len(result["saves"]) == 3
+    expected = [SaveSpan(i + 1, utc_ns(one[0]["start"]) + i * shift, utc_ns(one[0]["end"]) + i * shift)
+                for i in range(3)]
+    for name in TIME_PLOTS:
+        fig = page.figures[name]
+        assert len(fig["svgs"]) == 1, (name, fig["notes"])
+        spans = [SaveSpan(*map(int, s.split())) for s in fig["attrs"]["data-saves-utc-ns"].split(";")]
+        assert [s.number for s in spans] == [1, 2, 3], name
+        for got, want in zip(spans, expected):
+            assert abs(got.start - want.start) <= 1_000_000 and abs(got.end - want.end) <= 1_000_000, (name, got)
+        svg_text = " ".join(fig["svg_text"])
+        assert all(f"save {n}" in svg_text for n in (1, 2, 3)) and "shaded: each save" in svg_text, name
+        # a shaded span per save on every axes of the plot
+        svg = text[text.index(f'id="plot-{name}"'):]
+        svg = svg[:svg.index("</figure>")]
+        axes = len(fig["attrs"]["data-xlims-utc-ns"].split(";"))
+        assert svg.count(f"fill: {C_SAVE}") == 3 * axes, name
 
 
 def test_capture_strings_are_escaped(build_capture, tmp_path):

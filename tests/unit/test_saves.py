@@ -3,7 +3,7 @@ each analysed on its own, and compared (analyzer/saves.py, analyzer/checkpoints.
 import json
 
 import numpy as np
-from unit_helpers import assert_one_line_error, run_slotscope
+from unit_helpers import assert_one_line_error, run_slotscope, three_saves
 
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.checkpoints import describe
@@ -58,36 +58,8 @@ def test_trend_names_what_changed_with_the_slow_save():
     assert trend([_save(1, 2.0)]) is None
 
 
-def _writes(start_s, tgid, path, n=4):
-    """A save by one process: open, n writes of 1 MiB, close, one second apart."""
-    t = int(start_s * S)
-    rows = [{"ts_enter": t, "ts_exit": t + 1000, "syscall": "openat", "path": path, "tgid": tgid, "tid": tgid,
-             "dev": 30, "ino": tgid, "fd": 5, "ret": 5, "errno": 0, "fstype": "nfs", "latency_ns": 1000}]
-    for i in range(1, n + 1):
-        rows.append({**rows[0], "ts_enter": t + i * S, "ts_exit": t + i * S + 1000, "syscall": "write",
-                     "bytes": 2**20, "ret": 2**20, "path": path})
-    rows.append({**rows[0], "ts_enter": t + (n + 1) * S, "ts_exit": t + (n + 1) * S + 1000, "syscall": "close",
-                 "ret": 0})
-    return rows
-
-
-def three_saves(build_capture):
-    """A capture of two processes saving three times, 30 s apart, the third save twice as big."""
-    rows = []
-    for k, start in enumerate((100, 130, 160)):
-        for tgid in (201, 202):
-            rows += _writes(start, tgid, f"/mnt/ckpt/step_{k + 1}/r{tgid}.pt",
-                            n=4 if k < 2 else 8)
-        rows.append({**rows[-1], "syscall": "mkdir", "ts_enter": int((start - 0.5) * S),
-                     "ts_exit": int((start - 0.5) * S) + 1000, "path": f"/mnt/ckpt/step_{k + 1}", "ino": None,
-                     "dev": None, "bytes": None})
-    rows.append({**rows[0], "syscall": "openat", "ts_enter": 50 * S, "ts_exit": 50 * S + 10,
-                 "path": "/mnt/ckpt/config.json", "ino": 999})     # read, never written: no save
-    return build_capture(syscalls=rows)
-
-
 def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
-    result = analyze(Job.open([three_saves(build_capture)]), "test")
+    result = analyze(Job.open([build_capture(syscalls=three_saves())]), "test")
     saves = result["saves"]
     assert [s["number"] for s in saves] == [1, 2, 3]
     assert [round(s["duration_s"], 3) for s in saves] == [5.5, 5.5, 9.5]     # mkdir to the last close
@@ -101,7 +73,7 @@ def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
 
 
 def test_analyze_one_save_of_the_recording(build_capture):
-    cap = three_saves(build_capture)
+    cap = build_capture(syscalls=three_saves())
     res = run_slotscope("analyze", "--json", "--save", "2", cap)
     assert res.returncode == 0, res.stderr
     result = json.loads(res.stdout)

@@ -53,6 +53,39 @@ def sc(tgid: int, syscall: str = "write", latency_ns: int = 1_000, nbytes: int |
     return row
 
 
+def save_writes(start_s: float, tgid: int, path: str, n: int = 4) -> list[dict]:
+    """`syscall` rows of a save by one process: open, n writes of 1 MiB, close, one second apart."""
+    t = int(start_s * 1e9)
+    rows = [{"ts_enter": t, "ts_exit": t + 1000, "syscall": "openat", "path": path, "tgid": tgid, "tid": tgid,
+             "dev": 30, "ino": tgid, "fd": 5, "ret": 5, "errno": 0, "fstype": "nfs", "latency_ns": 1000}]
+    for i in range(1, n + 1):
+        rows.append({**rows[0], "ts_enter": t + i * 10**9, "ts_exit": t + i * 10**9 + 1000, "syscall": "write",
+                     "bytes": 2**20, "ret": 2**20, "path": path})
+    rows.append({**rows[0], "ts_enter": t + (n + 1) * 10**9, "ts_exit": t + (n + 1) * 10**9 + 1000,
+                 "syscall": "close", "ret": 0})
+    return rows
+
+
+THREE_SAVES = ((99.5, 105.0), (129.5, 135.0), (159.5, 169.0))   # each save's bounds, s since the capture's start
+
+
+def three_saves() -> list[dict]:
+    """`syscall` rows of a recording of three torch.save saves, 30 s apart, by two processes each
+    writing 4 MiB (8 MiB in the third), each save from the mkdir of its directory half a second
+    before the writers open their files to the last close (THREE_SAVES); and a file read, never
+    written, before them."""
+    rows = []
+    for k, start in enumerate((100, 130, 160)):
+        for tgid in (201, 202):
+            rows += save_writes(start, tgid, f"/mnt/ckpt/step_{k + 1}/r{tgid}.pt", n=4 if k < 2 else 8)
+        rows.append({**rows[-1], "syscall": "mkdir", "ts_enter": int((start - 0.5) * 1e9),
+                     "ts_exit": int((start - 0.5) * 1e9) + 1000, "path": f"/mnt/ckpt/step_{k + 1}", "ino": None,
+                     "dev": None, "bytes": None})
+    rows.append({**rows[0], "syscall": "openat", "ts_enter": 50 * 10**9, "ts_exit": 50 * 10**9 + 10,
+                 "path": "/mnt/ckpt/config.json", "ino": 999})     # read, never written: no save
+    return rows
+
+
 def proc(tgid: int, rank: int | None = None, ppid: int = 1, comm: str = "python", ts: int = 500,
          rank_source: str | None = None, inherited_from: int | None = None, **more) -> dict:
     """One `procs` row."""
