@@ -1,11 +1,15 @@
 """The saves of a recording: bursts of file events apart by save_gap_s, named from their files,
 each analysed on its own, and compared (analyzer/saves.py, analyzer/checkpoints.py)."""
 import numpy as np
+import pytest
 
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.checkpoints import describe
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.saves import burst_numbers, trend
+from unit_helpers import save_rows
+
+pytestmark = pytest.mark.unit
 
 S = 1_000_000_000
 
@@ -55,25 +59,11 @@ def test_trend_names_what_changed_with_the_slow_save():
     assert trend([_save(1, 2.0)]) is None
 
 
-def _writes(start_s, tgid, path, n=4):
-    """A save by one process: open, n writes of 1 MiB, close, one second apart."""
-    t = int(start_s * S)
-    rows = [{"ts_enter": t, "ts_exit": t + 1000, "syscall": "openat", "path": path, "tgid": tgid, "tid": tgid,
-             "dev": 30, "ino": tgid, "fd": 5, "ret": 5, "errno": 0, "fstype": "nfs", "latency_ns": 1000}]
-    for i in range(1, n + 1):
-        rows.append({**rows[0], "ts_enter": t + i * S, "ts_exit": t + i * S + 1000, "syscall": "write",
-                     "bytes": 2**20, "ret": 2**20, "path": path})
-    rows.append({**rows[0], "ts_enter": t + (n + 1) * S, "ts_exit": t + (n + 1) * S + 1000, "syscall": "close",
-                 "ret": 0})
-    return rows
-
-
 def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
     rows = []
     for k, start in enumerate((100, 130, 160)):
         for tgid in (201, 202):
-            rows += _writes(start, tgid, f"/mnt/ckpt/step_{k + 1}/r{tgid}.pt",
-                            n=4 if k < 2 else 8)
+            rows += save_rows(start, tgid, f"/mnt/ckpt/step_{k + 1}/r{tgid}.pt", n=4 if k < 2 else 8)
         rows.append({**rows[-1], "syscall": "mkdir", "ts_enter": int((start - 0.5) * S),
                      "ts_exit": int((start - 0.5) * S) + 1000, "path": f"/mnt/ckpt/step_{k + 1}", "ino": None,
                      "dev": None, "bytes": None})

@@ -67,6 +67,21 @@ def proc(tgid: int, rank: int | None = None, ppid: int = 1, comm: str = "python"
     return row
 
 
+def save_rows(start_s: float, tgid: int, path: str, n: int = 4) -> list[dict]:
+    """A save by one process (`syscall` rows): open at start_s (monotonic seconds), n writes of
+    1 MiB, close, one second apart."""
+    second = 1_000_000_000
+    t = int(start_s * second)
+    rows = [{"ts_enter": t, "ts_exit": t + 1000, "syscall": "openat", "path": path, "tgid": tgid, "tid": tgid,
+             "dev": 30, "ino": tgid, "fd": 5, "ret": 5, "errno": 0, "fstype": "nfs", "latency_ns": 1000}]
+    for i in range(1, n + 1):
+        rows.append({**rows[0], "ts_enter": t + i * second, "ts_exit": t + i * second + 1000, "syscall": "write",
+                     "bytes": 2**20, "ret": 2**20, "path": path})
+    rows.append({**rows[0], "ts_enter": t + (n + 1) * second, "ts_exit": t + (n + 1) * second + 1000,
+                 "syscall": "close", "ret": 0})
+    return rows
+
+
 def syscall_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SYSCALL)
 
