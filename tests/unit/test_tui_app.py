@@ -369,7 +369,7 @@ def test_live_banner_says_when_the_capture_stopped_growing(tmp_path):
     from slotscope.tui.panels import banner_text
     analysis = {"captures": [{"host": "h", "start": "2023-11-14T22:13:20+00:00", "lost_events": 7}],
                 "verdict": "healthy", "findings": [], "ranks": [], "notes": [], "problems": []}
-    result = Overview(analysis, ranks=[], series=[], detail=None, has_rpc=False,
+    result = Overview(analysis, ranks=[], series=[], detail=None, has_rpc=False, saves=[],
                       timeline=Timeline(cursor_ns=5 * 10**9, span_ns=5 * 10**9, live=True, updated_at=1000.0))
     fresh = banner_text(result, True, False, "", "rank", now=1002.0)
     assert "newest data 2 s ago" in fresh and "7 events lost" in fresh
