@@ -42,6 +42,9 @@ class SaveSpan:
     bytes: int
     files: int
     what: str                        # checkpoints.describe()'s text: "DCP checkpoint step_2/: ..."
+    ongoing: bool                    # it may go on: the capture is live and its end is less than
+                                     # save_gap_s after the save's last event (a pause that short
+                                     # is inside a save), so up to that end the cursor is in it
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,8 @@ class Overview:
 
 
 def save_at(saves: list[SaveSpan], cursor_ns: int) -> SaveSpan | None:
-    """The save the cursor is in, from its start to its end."""
-    return next((s for s in saves if s.start_ns <= cursor_ns <= s.end_ns), None)
+    """The save the cursor is in, from its start to its end (an ongoing one: on)."""
+    return next((s for s in saves if s.start_ns <= cursor_ns and (cursor_ns <= s.end_ns or s.ongoing)), None)
 
 
 def next_save(saves: list[SaveSpan], cursor_ns: int, direction: int) -> SaveSpan | None:
@@ -90,12 +93,14 @@ def overview(source: JobSource, until_ns: int | None, version: str, bins: int = 
                     series=source.series(bins) if bins else [],
                     detail=rank_detail(job, detail[0], detail[1], calls) if detail else None,
                     has_rpc=any(v.full("rpc") is not None for v in source.views),
-                    saves=save_spans(source))
+                    saves=save_spans(source, span))
 
 
-def save_spans(source: JobSource) -> list[SaveSpan]:
-    """The saves of everything read so far, on the time axis; the gap that parts them is
-    analyze()'s (the default thresholds, as the TUI's analysis)."""
-    zero = source.zero_utc_ns()
-    return [SaveSpan(s.number, s.start_ns - zero, s.end_ns - zero, s.bytes, len(s.files), s.what["text"])
-            for s in source.saves(Thresholds().save_gap_s)]
+def save_spans(source: JobSource, span_ns: int) -> list[SaveSpan]:
+    """The saves of everything read so far, on the time axis (which reaches span_ns); the gap
+    that parts them is analyze()'s (the default thresholds, as the TUI's analysis)."""
+    gap_s = Thresholds().save_gap_s
+    zero, saves = source.zero_utc_ns(), source.saves(gap_s)
+    return [SaveSpan(s.number, s.start_ns - zero, s.end_ns - zero, s.bytes, len(s.files), s.what["text"],
+                     ongoing=s is saves[-1] and source.live and span_ns - (s.end_ns - zero) < gap_s * 1e9)
+            for s in saves]

@@ -334,6 +334,7 @@ def test_overview_holds_every_save_on_the_time_axis(saves_cap):
     assert [(s.number, s.start_ns, s.end_ns, s.bytes, s.files) for s in early.saves] == [
         (1, 5 * S - T0, 10 * S, 8 * 2**20, 2), (2, 22 * S - T0, 27 * S, 8 * 2**20, 2),
         (3, 40 * S - T0, 49 * S, 16 * 2**20, 2)]
+    assert not any(s.ongoing for s in early.saves)                 # a finished capture
     assert [s.what for s in early.saves] == [f"torch.save checkpoint step_{k}/: 2 files (r10.pt, r11.pt)"
                                              for k in (1, 2, 3)]
     one, two, three = early.saves
@@ -358,5 +359,11 @@ def test_live_saves_appear_as_the_capture_grows(tmp_path):
     assert overview(source, None, "0").saves == []              # cached until the capture is re-read
     source.refresh()
     [save] = overview(source, None, "0").saves
-    assert (save.number, save.start_ns, save.bytes) == (1, 5 * S - T0, 4 * 2**20)
+    assert (save.number, save.start_ns, save.end_ns, save.bytes) == (1, 5 * S - T0, 10 * S, 4 * 2**20)
+    # less than save_gap_s (10 s) since its last event: it may go on, and the end is in it
+    assert save.ongoing and save_at([save], 15 * S) is save
+    grow(w, [sc(10, "read", ts=at(21))])
+    source.refresh()
+    [save] = overview(source, None, "0").saves
+    assert not save.ongoing and save_at([save], source.span_ns()) is None
     w.close()
