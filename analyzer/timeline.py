@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from slotscope.capture.meta import start_ns
+from slotscope.capture.meta import start_ns, utc_offset_ns
 from slotscope.capture.reader import Capture, SegmentCache
 
 from .job import Job
+from .saves import Save, find_saves
 from .series import TransportSeries, transport_series
 
 # The column that places a row in time; "ts" when not listed. Syscall and RPC rows are written
@@ -102,7 +103,7 @@ class JobSource:
             segments = SegmentCache()
             self.views.append(CaptureAt(c, segments=segments))
         self.generation = 0
-        self._series: dict = {}
+        self._whole: dict = {}          # results over everything read so far, until it grows
 
     def refresh(self) -> bool:
         """Re-read the live captures; True when something changed."""
@@ -126,7 +127,7 @@ class JobSource:
         self.views = fresh
         if changed:
             self.generation += 1
-            self._series.clear()
+            self._whole.clear()
         return changed
 
     @property
@@ -141,15 +142,28 @@ class JobSource:
         newest = max((v.segments.newest_mtime for v in self.views if v.segments), default=0.0)
         return newest or None
 
+    def zero_utc_ns(self) -> int:
+        """The time axis's zero in UTC ns, as Job.to_utc converts: the earliest capture's start.
+        An analyzer time (UTC) minus this is on the axis; with several captures it is at or
+        after the same time on each capture's own axis, so a cursor put there holds the event."""
+        return min((utc_offset_ns(v.meta) + start_ns(v.meta) for v in self.views), default=0)
+
     def at(self, until_ns: int | None) -> Job:
         return Job([CaptureAt(v.capture, until_ns, v.cache, v.segments) for v in self.views])
 
+    def _of_whole(self, key, compute):
+        if key not in self._whole:
+            self._whole[key] = compute()
+        return self._whole[key]
+
     def series(self, bins: int) -> list[TransportSeries]:
         """transport_series() of everything read so far, cached until the capture grows."""
-        key = bins
-        if key not in self._series:
-            self._series[key] = transport_series(self.at(None), self.span_ns(), bins)
-        return self._series[key]
+        return self._of_whole(("series", bins), lambda: transport_series(self.at(None), self.span_ns(), bins))
+
+    def saves(self, gap_s: float) -> list[Save]:
+        """find_saves() of everything read so far, wherever the cursor is (the TUI jumps to the
+        ones after it), cached until the capture grows."""
+        return self._of_whole(("saves", gap_s), lambda: find_saves(self.at(None), gap_s))
 
 
 def syscalls_since_start(job: Job, columns: list[str]) -> pa.Table | None:

@@ -25,10 +25,10 @@ from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.view import Overview, RankRow
+from slotscope.analyzer.view import Overview, RankRow, next_save
 
 from .panels import (RANK_COLUMNS, FindingsScreen, HelpScreen, RankScreen, banner_text, findings_text,
-                     matches, nfs_text, rpc_text, series_bins)
+                     matches, nfs_text, no_jump_text, rpc_text, save_text, series_bins)
 from .ranktable import RankTable
 from .worker import AnalysisError, ProcessAnalyst, ThreadAnalyst
 
@@ -66,9 +66,11 @@ class TopApp(App):
         Binding("q", "quit", "quit"),
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("p", "pause", "pause"),
-        Binding("space", "play", "play", priority=True),
+        Binding("space", "play", "play", priority=True, show=False),     # the footer has p, the same
         Binding("left", "scrub(-1)", "back", priority=True),
         Binding("right", "scrub(1)", "forward", priority=True),
+        Binding("left_square_bracket", "save(-1)", "prev save", priority=True),
+        Binding("right_square_bracket", "save(1)", "next save", priority=True),
         Binding("home", "jump(0)", "start", priority=True, show=False),
         Binding("end", "jump(1)", "end", priority=True, show=False),
         Binding("slash", "filter", "filter"),
@@ -110,6 +112,7 @@ class TopApp(App):
 
     def compose(self) -> ComposeResult:
         yield Static("reading the capture...", id="banner")
+        yield Static(id="save")
         yield Static(id="nfs")
         yield Static(id="rpc")
         yield RankTable(RANK_COLUMNS, id="ranks")
@@ -228,6 +231,7 @@ class TopApp(App):
         if self.error:
             text += f"\n[red]cannot read: {self.error}[/]"
         self._set("banner", text)
+        self._set("save", save_text(self.result))
         self._set("nfs", nfs_text(self.result))
         self._set("rpc", rpc_text(self.result.analysis["rpc"]["by_proc"]) if self.result.has_rpc else "")
         self.query_one("#rpc").display = self.result.has_rpc
@@ -265,7 +269,7 @@ class TopApp(App):
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         # Keys that edit text belong to the filter input while it has focus.
-        if action in ("scrub", "jump", "play") and isinstance(self.focused, Input):
+        if action in ("scrub", "jump", "save", "play") and isinstance(self.focused, Input):
             return False
         return True
 
@@ -275,6 +279,19 @@ class TopApp(App):
         span = self.result.timeline.span_ns
         now = self.result.timeline.cursor_ns if self.cursor is None else self.cursor
         self.cursor = max(0, min(span, now + direction * self.step()))
+        self.request()
+
+    def action_save(self, direction: int) -> None:
+        """The cursor to the start of the next (1) or previous (-1) save; where there is none,
+        a one-line notice and nothing else (a live capture keeps following)."""
+        if self.result is None:
+            return
+        now = self.result.timeline.cursor_ns if self.cursor is None else self.cursor
+        target = next_save(self.result.saves, now, direction)
+        if target is None:
+            self.notify(no_jump_text(self.result, direction), timeout=3)
+            return
+        self.cursor = target.start_ns
         self.request()
 
     def action_jump(self, to_end: int) -> None:

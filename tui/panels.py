@@ -17,8 +17,9 @@ from slotscope.analyzer.job import utc_ns
 from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
 from slotscope.analyzer.rpcs import REST, SPLIT, split
+from slotscope.analyzer.thresholds import Thresholds
 from slotscope.analyzer.units import clock, ms, rate, round_rate, seconds, size
-from slotscope.analyzer.view import Overview, RankRow
+from slotscope.analyzer.view import Overview, RankRow, next_save, save_at
 
 from .ranktable import Column
 
@@ -140,6 +141,46 @@ def banner_text(view: Overview, following: bool, playing: bool, filter_text: str
     lines += [f"[dim]note: {escape(n)}[/]" for n in result["notes"]]
     lines += [f"[red]problem: {escape(p)}[/]" for p in result["problems"][:3]]
     return "\n".join(lines)
+
+
+# ---- the save at the cursor ----
+
+def _no_save(live: bool) -> str:
+    return "no save yet" if live else "no save in this capture"
+
+
+def save_text(view: Overview) -> str:
+    """One line: the save the cursor is in, or the saves around it; its size and time first,
+    which an 80-column screen keeps when it cuts the line."""
+    saves, cursor, live = view.saves, view.timeline.cursor_ns, view.timeline.live
+    if not saves:
+        return f"[dim]{_no_save(live)}: no traced file written{' so far' if live else ''}[/]"
+    n = len(saves)
+    at = save_at(saves, cursor)
+    if at is not None:
+        # an ongoing save lasts as far as the capture reaches: a stalled one's time keeps growing
+        end, so_far = (view.timeline.span_ns, " so far") if at.ongoing else (at.end_ns, "")
+        return (f"[b]save {at.number} of {n}[/] · {size(at.bytes)} in "
+                f"{seconds(end - at.start_ns, 1, unit=True)}{so_far} · {escape(at.what)}")
+    before, after = next_save(saves, cursor, -1), next_save(saves, cursor, 1)
+    if before is None:
+        return f"[b]before save 1 of {n}[/] [dim](it starts at {seconds(after.start_ns, 1, unit=True)})[/]"
+    ended = f"save {before.number} ended at {seconds(before.end_ns, 1, unit=True)}"
+    if after is None:
+        return f"[b]after save {n} of {n}[/] [dim]({ended})[/]"
+    return (f"[b]between saves {before.number} and {after.number} of {n}[/] [dim]({ended}, "
+            f"save {after.number} starts at {seconds(after.start_ns, 1, unit=True)})[/]")
+
+
+def no_jump_text(view: Overview, direction: int) -> str:
+    """Why the key to the next (1) or previous (-1) save has nowhere to go: short, a toast
+    at 80 columns holds ~35 characters on a line."""
+    n, live = len(view.saves), view.timeline.live
+    if not n:
+        return _no_save(live)
+    if direction > 0:
+        return f"save {n} of {n} is the last" + (" so far" if live else "")
+    return f"save 1 of {n} is the first"
 
 
 # ---- slots and link on the capture's time axis ----
@@ -426,19 +467,22 @@ class RankScreen(Screen):
             for f in (detail.files if detail else [])])
 
 
-HELP = """[b]slotscope top[/]
+HELP = f"""[b]slotscope top[/]
 
   q        quit (ctrl+c too)
   p        pause / resume following a live capture (replay: play / pause)
   space    play / pause the replay (live: same as p)
   ← →      scrub the time cursor: every panel shows the capture as of it
   home end cursor to the start / the end (live: end follows again)
+  [ ]      cursor to the start of the previous / next save
   /        filter ranks by text (rank, host, comm, pid); enter keeps it, escape clears
   s        sort by the next column (▲ ascending, ▼ largest first)
   enter    drill down into the selected rank: syscalls, RPCs, files; escape back
   f        findings with their evidence, and the checklist
   ?        this help
 
+[b]save[/]: the one the cursor is in: what it wrote, how much, how long; a save is a burst
+of file events on the written files, {Thresholds().save_gap_s:g} s (save_gap_s) or more from the next.
 [b]slots & link[/]: slot-table occupancy against its limit (red where full) and the
 RPCs waiting for a slot, then the link's rate against its capacity, over the whole
 capture; ▼ and the reversed cell mark the cursor.

@@ -3,12 +3,15 @@ each analysed on its own, and compared (analyzer/saves.py, analyzer/checkpoints.
 import json
 
 import numpy as np
+import pytest
 from unit_helpers import assert_one_line_error, run_slotscope, three_saves
 
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.checkpoints import describe
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.saves import burst_numbers, trend
+
+pytestmark = pytest.mark.unit
 
 S = 1_000_000_000
 

@@ -8,8 +8,9 @@ import pytest
 
 from slotscope.capture.writer import CaptureWriter
 from slotscope.analyzer.job import Job
-from test_tui_timeline import PROCS, SYSCALLS, at, grow, nfs_cap  # noqa: F401  (nfs_cap: a fixture)
-from unit_helpers import START_NS, assert_one_line_error, meta, procs_table, run_slotscope, sc
+from test_tui_timeline import (NFS_META, PROCS, S, SAVE_STARTS, SYSCALLS, T0, at, grow,  # noqa: F401
+                               nfs_cap, saves_cap, write_capture)     # (nfs_cap, saves_cap: fixtures)
+from unit_helpers import START_NS, assert_one_line_error, meta, procs_table, run_slotscope, save_writes, sc
 
 pytestmark = pytest.mark.unit
 
@@ -37,6 +38,16 @@ async def settle(app, pilot) -> None:
     await pilot.pause()
 
 
+async def wait_for(app, pilot, cond) -> None:
+    """Until cond() holds, as a live capture is re-read."""
+    for _ in range(100):
+        await settle(app, pilot)
+        if cond():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(rows(app))
+
+
 def table(app):
     from slotscope.tui.ranktable import RankTable
     return app.query_one("#ranks", RankTable)
@@ -62,6 +73,13 @@ def banner(app) -> str:
 
 def run(coro):
     return asyncio.run(coro)
+
+
+def heard(app) -> list[str]:
+    """What the app notifies from now on (the notices are shown as well)."""
+    said, notify = [], app.notify
+    app.notify = lambda message, **kw: (said.append(message), notify(message, **kw))[1]
+    return said
 
 
 @pytest.fixture
@@ -334,14 +352,6 @@ def test_live_follow_shows_a_new_rank_and_pause(tmp_path):
     w.tables["procs"].close_segment()
     grow(w, [sc(10, "write", 1000, 100, ts=at(1))])
 
-    async def wait_for(app, pilot, cond):
-        for _ in range(100):
-            await settle(app, pilot)
-            if cond():
-                return
-            await pilot.pause(0.05)
-        raise AssertionError(rows(app))
-
     async def scenario():
         app = make_app(path)
         async with app.run_test(size=SIZE) as pilot:
@@ -369,12 +379,109 @@ def test_live_banner_says_when_the_capture_stopped_growing(tmp_path):
     from slotscope.tui.panels import banner_text
     analysis = {"captures": [{"host": "h", "start": "2023-11-14T22:13:20+00:00", "lost_events": 7}],
                 "verdict": "healthy", "findings": [], "ranks": [], "notes": [], "problems": []}
-    result = Overview(analysis, ranks=[], series=[], detail=None, has_rpc=False,
+    result = Overview(analysis, ranks=[], series=[], detail=None, has_rpc=False, saves=[],
                       timeline=Timeline(cursor_ns=5 * 10**9, span_ns=5 * 10**9, live=True, updated_at=1000.0))
     fresh = banner_text(result, True, False, "", "rank", now=1002.0)
     assert "newest data 2 s ago" in fresh and "7 events lost" in fresh
     stale = banner_text(result, True, False, "", "rank", now=1030.0)
     assert "no new data for 30 s: is the recorder still running?" in stale
+
+
+def test_save_keys_move_the_cursor_from_save_to_save(saves_cap):  # noqa: F811
+    starts = [t * S - T0 for t in SAVE_STARTS]        # each save's first call, on the time axis
+    lines = [f"save {k} of 3 · {mib} MiB in {secs} s · torch.save checkpoint step_{k}/: 2 files (r10.pt, r11.pt)"
+             for k, mib, secs in ((1, "8.0", "5.0"), (2, "8.0", "5.0"), (3, "16.0", "9.0"))]
+
+    async def scenario():
+        app = make_app(saves_cap)
+        said = heard(app)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert text(app, "#save") == "after save 3 of 3 (save 3 ended at 49.0 s)"
+            await pilot.press("home")
+            await settle(app, pilot)
+            assert text(app, "#save") == "before save 1 of 3 (it starts at 5.0 s)"
+            for start, line in zip(starts, lines):
+                await pilot.press("right_square_bracket")
+                await settle(app, pilot)
+                assert app.cursor == start and text(app, "#save") == line
+                assert f"cursor {start / 1e9:.1f} s / 61.0 s" in banner(app)
+            await pilot.press("right_square_bracket")            # nowhere to go: said, nothing done
+            await settle(app, pilot)
+            assert said == ["save 3 of 3 is the last"] and app.cursor == starts[2]
+            await pilot.press("right")                          # 1.5 s into save 3: [ goes to its start
+            await settle(app, pilot)
+            assert app.cursor > starts[2] and text(app, "#save") == lines[2]
+            for start, line in zip(starts[::-1], lines[::-1]):
+                await pilot.press("left_square_bracket")
+                await settle(app, pilot)
+                assert app.cursor == start and text(app, "#save") == line
+            await pilot.press("left_square_bracket")
+            await settle(app, pilot)
+            assert said[1:] == ["save 1 of 3 is the first"] and app.cursor == starts[0]
+            await pilot.press(*["right"] * 4)                   # 11 s: save 1 ended at 10 s
+            await settle(app, pilot)
+            assert text(app, "#save") == ("between saves 1 and 2 of 3 (save 1 ended at 10.0 s, "
+                                          "save 2 starts at 22.0 s)")
+            await pilot.press("slash", "right_square_bracket")  # typed into the filter, not a jump
+            await settle(app, pilot)
+            assert app.filter_text == "]" and app.cursor == starts[0] + 4 * app.step()
+    run(scenario())
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_save_keys_without_a_save_say_so(tmp_path, live):
+    path = str(tmp_path / "cap")
+    w = write_capture(path, {"procs": PROCS[:1], "syscall": [sc(10, "openat", ts=at(1)), sc(10, "read", ts=at(2))]},
+                      live=live)
+    none = "no save yet" if live else "no save in this capture"
+
+    async def scenario():
+        app = make_app(path)
+        said = heard(app)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(app, pilot, lambda: text(app, "#save").startswith(none))
+            assert text(app, "#save") == none + (": no traced file written so far" if live
+                                                 else ": no traced file written")
+            loads = len(app.load_seconds)
+            await pilot.press("right_square_bracket", "left_square_bracket")
+            await settle(app, pilot)
+            assert said == [none, none]
+            assert app.cursor is None                           # at the end; live: still following
+            if not live:
+                assert len(app.load_seconds) == loads           # and nothing asked of the analysis
+            assert ("following" in banner(app)) == live
+            if live:                                            # stopped, so no load is running at the exit
+                w.write_meta(meta(**NFS_META))
+                w.close()
+                await wait_for(app, pilot, lambda: "REPLAY" in banner(app))
+    run(scenario())
+
+
+def test_live_save_line_while_a_save_goes_on(tmp_path):
+    path = str(tmp_path / "live")
+    w = write_capture(path, {"procs": PROCS[:1], "syscall": [sc(10, "openat", ts=at(1))]}, live=True)
+
+    async def scenario():
+        app = make_app(path)
+        said = heard(app)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(app, pilot, lambda: text(app, "#save").startswith("no save yet"))
+            grow(w, save_writes(5, 10, "/mnt/ckpt/step_1/r10.pt"))         # 5 s to 10 s, the capture's end
+            await wait_for(app, pilot, lambda: text(app, "#save").startswith("save 1 of 1"))
+            what = "torch.save checkpoint step_1/: 1 file (r10.pt)"
+            assert text(app, "#save") == f"save 1 of 1 · 4.0 MiB in 5.0 s so far · {what}"
+            await pilot.press("right_square_bracket")
+            await settle(app, pilot)
+            assert said == ["save 1 of 1 is the last so far"] and app.cursor is None
+            await pilot.press("left_square_bracket")                    # to its start: following stops
+            await settle(app, pilot)
+            assert app.cursor == 5 * S - T0 and "LIVE paused" in banner(app)
+            w.write_meta(meta(**NFS_META))                              # the recording stops at 61 s
+            w.close()
+            await wait_for(app, pilot, lambda: "REPLAY" in banner(app))
+            assert text(app, "#save") == f"save 1 of 1 · 4.0 MiB in 5.0 s · {what}"
+    run(scenario())
 
 
 def test_cli_bad_capture(tmp_path):
@@ -384,7 +491,7 @@ def test_cli_bad_capture(tmp_path):
     assert_one_line_error(run_slotscope("top", str(tmp_path / "empty")), "empty directory")
 
 
-# ---- snapshots at 120x40 ----
+# ---- snapshots at 120x40, and at 80x24 for the saves ----
 
 def test_snapshot_main_screen(cap, snap_compare):
     app = make_app(cap, poll_seconds=60)
@@ -428,3 +535,29 @@ def test_snapshot_help(cap, snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=help_)
+
+
+def test_snapshot_in_a_save_at_80x24(saves_cap, snap_compare):  # noqa: F811
+    app = make_app(saves_cap, poll_seconds=60)
+
+    async def to_save_2(pilot):
+        await settle(app, pilot)
+        await pilot.press("home")
+        await settle(app, pilot)
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await settle(app, pilot)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=to_save_2)
+
+
+def test_snapshot_no_save_at_80x24(tmp_path, snap_compare):
+    path = str(tmp_path / "cap")
+    write_capture(path, {"procs": PROCS[:1], "syscall": [sc(10, "openat", ts=at(1)), sc(10, "read", ts=at(2))]})
+    app = make_app(path, poll_seconds=60)
+
+    async def next_save(pilot):
+        await settle(app, pilot)
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=next_save)

@@ -17,8 +17,8 @@ from slotscope.analyzer.rank_extras import rank_extras
 from slotscope.analyzer.ranks import rank_key, rank_table
 from slotscope.analyzer.series import step_max, step_mean
 from slotscope.analyzer.timeline import JobSource
-from slotscope.analyzer.view import overview
-from unit_helpers import meta, proc, sc, syscall_table
+from slotscope.analyzer.view import next_save, overview, save_at
+from unit_helpers import meta, proc, save_writes, sc, syscall_table
 
 pytestmark = pytest.mark.unit
 
@@ -302,4 +302,68 @@ def test_live_source_reads_only_new_segments_and_its_end_follows_any_table(tmp_p
     assert source.refresh()
     assert source.views[0].full("syscall").num_rows == 2
     assert source.updated_at() is not None
+    w.close()
+
+
+# ---- the saves, to jump between ----
+
+SAVE_STARTS = (5, 22, 40)       # seconds of the monotonic clock; 10 s (save_gap_s) or more apart
+SAVE_PROCS = [proc(10, rank=0), proc(11, rank=1)]
+
+
+def three_ranked_saves() -> list[dict]:
+    """Ranks 0 and 1 save three times: 8 MiB in 5 s at 5 s and 22 s, 16 MiB in 9 s at 40 s (on the
+    time axis T0 earlier: the capture started at T0)."""
+    rows = []
+    for k, start in enumerate(SAVE_STARTS, 1):
+        for tgid in (10, 11):
+            rows += save_writes(start, tgid, f"/mnt/ckpt/step_{k}/r{tgid}.pt", n=8 if k == 3 else 4)
+    return rows
+
+
+@pytest.fixture
+def saves_cap(build_capture):
+    return build_capture(syscalls=three_ranked_saves(), procs=SAVE_PROCS)
+
+
+def test_overview_holds_every_save_on_the_time_axis(saves_cap):
+    source = JobSource(Job.open([saves_cap]))
+    early = overview(source, 10 * S, "0")
+    # where the cursor is makes no difference: the saves after it are there to jump to
+    assert early.saves == overview(source, None, "0").saves
+    assert [(s.number, s.start_ns, s.end_ns, s.bytes, s.files) for s in early.saves] == [
+        (1, 5 * S - T0, 10 * S, 8 * 2**20, 2), (2, 22 * S - T0, 27 * S, 8 * 2**20, 2),
+        (3, 40 * S - T0, 49 * S, 16 * 2**20, 2)]
+    assert not any(s.ongoing for s in early.saves)                 # a finished capture
+    assert [s.what for s in early.saves] == [f"torch.save checkpoint step_{k}/: 2 files (r10.pt, r11.pt)"
+                                             for k in (1, 2, 3)]
+    one, two, three = early.saves
+    assert save_at(early.saves, one.start_ns) is one and save_at(early.saves, one.end_ns) is one
+    assert save_at(early.saves, one.start_ns - 1) is None and save_at(early.saves, one.end_ns + 1) is None
+    assert next_save(early.saves, 0, 1) is one and next_save(early.saves, one.start_ns, 1) is two
+    assert next_save(early.saves, three.start_ns, 1) is None
+    assert next_save(early.saves, two.start_ns + 1, -1) is two   # inside a save: its own start
+    assert next_save(early.saves, two.start_ns, -1) is one       # at its start: the one before
+    assert next_save(early.saves, one.start_ns, -1) is None
+    # a cursor at a save's start is the moment its first calls entered (the ranks' opens, 1 us long)
+    assert source.at(two.start_ns).table("syscall").num_rows == 12
+    assert source.at(two.start_ns + 1000).table("syscall").num_rows == 12 + 2
+
+
+def test_live_saves_appear_as_the_capture_grows(tmp_path):
+    path = str(tmp_path / "live")
+    w = write_capture(path, {"syscall": [sc(10, "openat", ts=at(1)), sc(10, "read", ts=at(2))]}, live=True)
+    source = JobSource(Job.open([path]))
+    assert overview(source, None, "0").saves == []              # before the first save
+    grow(w, save_writes(5, 10, "/mnt/ckpt/step_1/r10.pt"))
+    assert overview(source, None, "0").saves == []              # cached until the capture is re-read
+    source.refresh()
+    [save] = overview(source, None, "0").saves
+    assert (save.number, save.start_ns, save.end_ns, save.bytes) == (1, 5 * S - T0, 10 * S, 4 * 2**20)
+    # less than save_gap_s (10 s) since its last event: it may go on, and the end is in it
+    assert save.ongoing and save_at([save], 15 * S) is save
+    grow(w, [sc(10, "read", ts=at(21))])
+    source.refresh()
+    [save] = overview(source, None, "0").saves
+    assert not save.ongoing and save_at([save], source.span_ns()) is None
     w.close()

@@ -123,6 +123,12 @@ def test_top_in_a_real_terminal(tmux):
         tmux.keys("Escape")
         tmux.wait_for("Findings (2)")
 
+        tmux.keys("[")                                      # back to the start of the sample's one save
+        screen = tmux.wait_for("cursor 21.2 s / 52.2 s", "save 1 of 1 · 4.0 MiB in 23.5 s · ckpt/: 8 files")
+        assert "[ prev save  ] next save" in screen
+        tmux.keys("]")                                      # no save after it: one line says so
+        tmux.wait_for("save 1 of 1 is the last")
+
         tmux.keys("q")
         assert tmux.exit_status() == "EXIT=0"
     finally:
