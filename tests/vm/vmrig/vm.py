@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .image import CACHE_ROOT, Image
 
-MEMORY_MB = 4096    # four torch ranks and torchrun take ~1.7 GB resident; TCG allocates lazily
+MEMORY_MB = 4096    # torchrun and four ranks importing torch (the rig's writers ran in 1536); TCG allocates lazily
 CPUS = 2
 CONSOLE_TAIL = 40
 BOOT_ATTEMPTS = 2   # a second boot only after a kernel crash before the job (crashed_before_job)
