@@ -12,6 +12,10 @@ import sys
 from slotscope.capture.safepath import UnsafePath
 
 EPILOG = "Run `slotscope doctor` to see what this machine can trace."
+# The exit status of every command, in its --help.
+EXIT_STATUS = ("exit status: 0 done; 1 an error, said in one line on stderr (a capture that cannot be read, "
+               "a selection that selects nothing, a path refused); 2 a bad command line")
+RECORD_EXIT = "; with -- COMMAND, the command's own status"
 
 
 def _record(args) -> int:
@@ -82,12 +86,17 @@ def _analyze(args) -> int:
         until = parse_when(args.until, job) if args.until else None
         if args.save is not None:
             since, until = _save_window(job, args.save, thresholds)
+        if since is not None and until is not None and since >= until:
+            raise ValueError(f"--since {args.since} is not before --until {args.until}")
         logs = [read_kernel_log(path) for path in args.kernel_log]
+        if since is not None or until is not None:
+            whole, job = job, between(job, since, until)
+            _check_selects(whole, job, "the window")
+        if args.rank:
+            _check_ranks(job, args.rank)
     except (ValueError, KernelLogError) as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
-    if since is not None or until is not None:
-        job = between(job, since, until)
     try:
         import pyarrow as pa
         log = pa.concat_tables(logs) if logs else None
@@ -115,6 +124,31 @@ def _analyze(args) -> int:
         if args.html:
             print(f"\nreport written to {args.html}")
     return 0
+
+
+def _check_selects(whole, job, what: str) -> None:
+    """ValueError when a selection leaves nothing of captures that hold something: a script
+    that gates on the verdict must not read an empty selection as a healthy save."""
+    from slotscope.analyzer.job import iso_utc
+    if not whole.captures or not any(c.read(t) is not None for c in whole.captures for t in ("syscall", "rpc")):
+        return
+    if any(c.read(t) is not None for c in job.captures for t in ("syscall", "rpc")):
+        return
+    starts = [int(c.meta["start"]["realtime_ns"]) for c in whole.captures if c.meta.get("start")]
+    stops = [int(c.meta["stop"]["realtime_ns"]) for c in whole.captures if c.meta.get("stop")]
+    span = f" (the capture spans {iso_utc(min(starts))} .. {iso_utc(max(stops))})" if starts and stops else ""
+    raise ValueError(f"nothing was recorded in {what}{span}")
+
+
+def _check_ranks(job, wanted: list[int]) -> None:
+    """ValueError naming the --rank values that are no rank of the job, and the ranks there are."""
+    from slotscope.analyzer.ranks import rank_table
+    present = sorted({r["rank"] for r in rank_table(job) if r["rank"] is not None})
+    missing = sorted(set(wanted) - set(present))
+    if missing:
+        from slotscope.analyzer.report_text import rank_ranges
+        there = f"ranks {rank_ranges(present)}" if present else "no ranked process"
+        raise ValueError(f"no rank {', '.join(map(str, missing))} in the capture ({there})")
 
 
 def _save_window(job, number: int, thresholds) -> tuple[int, int]:
@@ -294,6 +328,9 @@ def parser() -> argparse.ArgumentParser:
     de.add_argument("--sample", action="store_true",
                     help="analyse the shipped capture of a real NFS checkpoint storm (no root needed)")
     de.set_defaults(func=_demo)
+    p.epilog = f"{EPILOG} {EXIT_STATUS}."
+    for name, command in sub.choices.items():
+        command.epilog = EXIT_STATUS + (RECORD_EXIT if name == "record" else "") + "."
     return p
 
 
