@@ -9,7 +9,7 @@ import textwrap
 from .job import utc_ns
 from .ranks import rank_name
 from .rpcs import COLUMN_LEGEND, SPLIT, split
-from .units import clock, ms, pct, rate, round_rate, seconds, size
+from .units import clock, ms, pct, pids, rate, round_rate, seconds, size
 
 WIDTH = 100
 MAX_RANK_ROWS = 40
@@ -72,10 +72,9 @@ def _rank_rows(ranks: list[dict]) -> list[str]:
            f"{'slot wait':>9} {'blocked':>8} {'save':>7}  top syscall (s)"]
     shown = sorted(ranks, key=lambda r: -r["blocked_ns"])[:MAX_RANK_ROWS] if len(ranks) > MAX_RANK_ROWS else ranks
     for r in shown:
-        pids = ",".join(map(str, r["pids"][:2])) + ("+" if len(r["pids"]) > 2 else "")
         top = max(r["syscalls"].items(), key=lambda kv: kv[1]["total_ns"], default=None)
         top_text = f"{top[0]} {top[1]['count']}x {seconds(top[1]['total_ns'])}" if top else "-"
-        out.append(f"{'-' if r['rank'] is None else r['rank']:>5} {r['host'][:8]:<8} {pids[:9]:<9} "
+        out.append(f"{'-' if r['rank'] is None else r['rank']:>5} {r['host'][:8]:<8} {pids(r['pids']):<9} "
                    f"{size(r['bytes_written']):>10} {'-' if r['write_rpcs'] is None else r['write_rpcs']:>6} "
                    f"{size(r['mean_rpc_bytes']):>10} {seconds(r['slot_wait_ns']):>9} {seconds(r['blocked_ns']):>8} "
                    f"{r['save_s']:>7.2f}  {top_text[:WIDTH - 82]}")

@@ -72,6 +72,12 @@ def seconds(ns: float | None, digits: int = 2, unit: bool = False) -> str:
     return f"{ns / 1e9:,.{digits}f}" + (" s" if unit else "")
 
 
+def pids(values: list[int]) -> str:
+    """A process list in one column: the first pid and how many more, '10742+1' (a list cut
+    to fit, '10742,107', reads as two pids)."""
+    return str(values[0]) + (f"+{len(values) - 1}" if len(values) > 1 else "") if values else "-"
+
+
 def clock(utc_ns: int | None, decimals: int = 3) -> str:
     """A UTC time as its time of day, cut (not rounded) to `decimals`: '18:03:40.254',
     '18:03:40'; '?' when unknown."""

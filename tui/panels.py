@@ -18,7 +18,7 @@ from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
 from slotscope.analyzer.rpcs import REST, SPLIT, split
 from slotscope.analyzer.thresholds import Thresholds
-from slotscope.analyzer.units import clock, ms, rate, round_rate, seconds, size
+from slotscope.analyzer.units import clock, ms, pids, rate, round_rate, seconds, size
 from slotscope.analyzer.view import Overview, RankRow, next_save, save_at
 
 from .ranktable import Column
@@ -76,7 +76,7 @@ RANK_COLUMNS = [
     Column("rank", 5, lambda r: "-" if r.entry["rank"] is None else str(r.entry["rank"]), _rank_order, right=True),
     Column("host", 9, lambda r: r.entry["host"] or "?", lambda r: (r.entry["host"] or "", r.entry["rank"] or 0)),
     Column("pid", 8,
-           lambda r: str(r.entry["pids"][0]) + (f"+{len(r.entry['pids']) - 1}" if len(r.entry["pids"]) > 1 else ""),
+           lambda r: pids(r.entry["pids"]),
            lambda r: r.entry["pids"]),
     Column("comm", 9, lambda r: r.entry["comm"] or "?", lambda r: r.entry["comm"] or ""),
     Column("written", 10, lambda r: size(r.entry["bytes_written"]), lambda r: r.entry["bytes_written"], True, True),

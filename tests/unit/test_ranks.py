@@ -149,3 +149,16 @@ def test_a_ranks_syscalls_are_listed_in_the_vocabularys_order():
     orders = [list(r["syscalls"]) for r in ranks]
     assert any(len(o) > 3 for o in orders)
     assert all(o == sorted(o, key=OP_NUMBER.__getitem__) for o in orders), orders
+
+
+def test_a_rank_of_several_processes_shows_its_first_pid_and_how_many_more(build_capture):
+    """The text report's pid column (issue 19 point 8): '10742+1', as top shows it, where a list
+    cut to the column read '10742,107', like two pids."""
+    from slotscope.analyzer.analysis import analyze
+    from slotscope.analyzer.report_text import render_text
+    cap = build_capture(syscalls=[sc(10742, nbytes=4096), sc(10744, nbytes=4096, ts=2_000_000)],
+                        procs=[proc(10742, rank=3), proc(10744, rank=3, ppid=10742)])
+    result = analyze(Job.open([cap]), "test")
+    assert [r["pids"] for r in result["ranks"]] == [[10742, 10744]]
+    [row] = [line for line in render_text(result).splitlines() if line.lstrip().startswith("3 ")]
+    assert " 10742+1 " in row and "10742,107" not in row
