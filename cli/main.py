@@ -126,13 +126,15 @@ def _analyze(args) -> int:
     return 0
 
 
+def _holds_rows(job) -> bool:
+    return any(c.read(t) is not None for c in job.captures for t in ("syscall", "rpc"))
+
+
 def _check_selects(whole, job, what: str) -> None:
     """ValueError when a selection leaves nothing of captures that hold something: a script
     that gates on the verdict must not read an empty selection as a healthy save."""
     from slotscope.analyzer.job import iso_utc
-    if not whole.captures or not any(c.read(t) is not None for c in whole.captures for t in ("syscall", "rpc")):
-        return
-    if any(c.read(t) is not None for c in job.captures for t in ("syscall", "rpc")):
+    if not _holds_rows(whole) or _holds_rows(job):
         return
     starts = [int(c.meta["start"]["realtime_ns"]) for c in whole.captures if c.meta.get("start")]
     stops = [int(c.meta["stop"]["realtime_ns"]) for c in whole.captures if c.meta.get("stop")]
@@ -143,6 +145,8 @@ def _check_selects(whole, job, what: str) -> None:
 def _check_ranks(job, wanted: list[int]) -> None:
     """ValueError naming the --rank values that are no rank of the job, and the ranks there are."""
     from slotscope.analyzer.ranks import rank_table
+    if not _holds_rows(job):
+        return              # nothing to assess, whatever the ranks asked for
     present = sorted({r["rank"] for r in rank_table(job) if r["rank"] is not None})
     missing = sorted(set(wanted) - set(present))
     if missing:
@@ -166,10 +170,14 @@ def _dump(args) -> int:
 
     from slotscope.capture.reader import CaptureError
 
+    from slotscope.capture.tables import TABLES
     job = _open_job([args.capture])
     if job is None:
         return 1
     cap = job.captures[0]
+    if args.table not in TABLES and args.table not in cap.tables():     # an old capture's own table reads
+        print(f"slotscope: unknown table '{args.table}' (tables: {', '.join(sorted(TABLES))})", file=sys.stderr)
+        return 1
     try:
         table = cap.read(args.table)
     except CaptureError as exc:
@@ -180,7 +188,7 @@ def _dump(args) -> int:
     if table is None:
         known = ", ".join(cap.tables()) or "none"
         print(f"slotscope: no rows in table '{args.table}' (tables with data: {known})", file=sys.stderr)
-        return 1 if args.table not in cap.tables() else 0
+        return 0
     if args.format == "csv":
         flat = table.select([f.name for f in table.schema if not _nested(f.type)])
         pacsv.write_csv(flat, sys.stdout.buffer)
@@ -221,6 +229,17 @@ def positive_seconds(text: str) -> float:
 SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+def positive_int(text: str) -> int:
+    """A count of at least 1 on the command line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
 def size(text: str) -> int:
     """A size as 500M, 2G, 1.5G, 800K or bytes (units of 1024; a trailing B or iB is allowed)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
@@ -246,8 +265,10 @@ def _demo(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from slotscope.capture.meta import slotscope_version
     p = argparse.ArgumentParser(prog="slotscope", description="Why does the checkpoint save stall on NFS?",
                                 epilog=EPILOG)
+    p.add_argument("--version", action="version", version=f"slotscope {slotscope_version()}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     d = sub.add_parser("doctor", help="what this machine can trace, and why not")
@@ -297,9 +318,11 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--thresholds", action="store_true", help="list the thresholds and what they mean")
     a.set_defaults(func=_analyze)
 
+    from slotscope.capture.tables import TABLES
     du = sub.add_parser("dump", help="print one table of a capture")
     du.add_argument("capture")
-    du.add_argument("--table", "-t", required=True)
+    du.add_argument("--table", "-t", required=True, metavar="TABLE",
+                    help="the table to print: " + ", ".join(sorted(TABLES)))
     du.add_argument("-O", "--format", choices=("csv", "json"), default="csv")
     du.set_defaults(func=_dump)
 
@@ -323,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
 
     de = sub.add_parser("demo", help="run the main job on the embedded default: the TUI on a terminal, else the "
                                          "analysis printed (root)")
-    de.add_argument("--ranks", type=int, default=4)
+    de.add_argument("--ranks", type=positive_int, default=4, help="ranks of the bundled workload (default 4)")
     de.add_argument("--keep", metavar="DIR", help="keep the capture in DIR")
     de.add_argument("--sample", action="store_true",
                     help="analyse the shipped capture of a real NFS checkpoint storm (no root needed)")

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from unit_helpers import meta, run_slotscope
+from unit_helpers import assert_one_line_error, meta, run_slotscope
 
 from slotscope.capture.writer import CaptureWriter
 from slotscope.analyzer.analysis import analyze
@@ -66,12 +66,11 @@ def test_empty_capture_on_the_command_line(empty, extra):
 
 
 def test_window_with_nothing_in_it(tmp_path):
+    """An error since issue 19 point 2 (it was a null verdict with exit status 0, which a script
+    gating on the status took for a clean save)."""
     man = synth.save(tmp_path / "cap", **STORM)
     res = run_slotscope("analyze", "--json", "--since", "500", man["path"])
-    assert res.returncode == 0, res.stderr
-    result = json.loads(res.stdout)
-    assert result["verdict"] is None
-    assert any("in the window" in n for n in result["notes"])
+    assert_one_line_error(res, "nothing was recorded in the window")
 
 
 # ---- one rank, no netdev, unknown speed, lost events ----------------------------------------
@@ -208,7 +207,6 @@ def test_since_until_narrow_the_window(long_storm):
 
 @pytest.mark.parametrize("bad", ["yesterday", "2023-13-45T00:00:00Z"])
 def test_bad_since_is_a_one_line_error(long_storm, bad):
-    from unit_helpers import assert_one_line_error
     assert_one_line_error(run_slotscope("analyze", "--since", bad, long_storm["path"]), "bad time")
 
 
@@ -217,7 +215,8 @@ def test_rank_filter(long_storm):
     assert [r["rank"] for r in result["ranks"]] == [2, 5]
     assert result["findings"] and all(not f["ranks"] or {2, 5} & set(f["ranks"]) for f in result["findings"])
     assert result["verdict"] == "slot_saturation"
-    assert analyze_cli("--rank", "99", long_storm["path"])["ranks"] == []
+    # a rank the capture does not hold is an error since issue 19 point 2 (it was an empty, healthy analysis)
+    assert_one_line_error(run_slotscope("analyze", "--json", "--rank", "99", long_storm["path"]), "no rank 99")
 
 
 # ---- the JSON contract and the terminal report --------------------------------------------------

@@ -28,3 +28,17 @@ def test_every_command_says_its_exit_status(command):
     text = " ".join(run_slotscope(command, "--help").stdout.split())
     assert "exit status: 0 done; 1 an error, said in one line on stderr" in text
     assert ("the command's own status" in text) == (command == "record")
+
+
+def test_cli_polish_version_tables_and_counts():
+    """Issue 19 point 11: --version; dump names its tables and refuses an unknown one in one line
+    ("unknown table", not "no rows in table"); demo --ranks must be at least 1."""
+    from slotscope.capture.meta import slotscope_version
+    from slotscope.capture.tables import TABLES
+    res = run_slotscope("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"slotscope {slotscope_version()}"
+    helptext = " ".join(run_slotscope("dump", "--help").stdout.split())
+    assert "the table to print: " + ", ".join(sorted(TABLES)) in helptext
+    assert_one_line_error(run_slotscope("dump", "-t", "nosuch", SAMPLE), "unknown table 'nosuch' (tables: agent, ")
+    zero = run_slotscope("demo", "--ranks", "0")
+    assert zero.returncode == 2 and "--ranks: 0 is not at least 1" in zero.stderr

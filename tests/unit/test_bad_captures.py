@@ -193,4 +193,4 @@ def test_reading_again_does_not_repeat_problems(build_capture):
 def test_dump_of_unknown_table_is_one_line(build_capture):
     path = build_capture(syscalls=[sc(10)])
     res = run_slotscope("dump", path, "-t", "nosuchtable")
-    assert_one_line_error(res, "no rows in table 'nosuchtable'", "syscall")
+    assert_one_line_error(res, "unknown table 'nosuchtable'", "syscall")     # issue 19 point 11
