@@ -50,7 +50,8 @@ class SaveSpan:
 @dataclass(frozen=True)
 class Overview:
     """What `slotscope top` shows as of the cursor."""
-    analysis: dict                   # analyze() as of the cursor: the JSON of `analyze --json`, untouched
+    analysis: dict                   # analyze() as of the cursor: the JSON of `analyze --json`, untouched,
+                                     # without the per-save analyses (`saves` below: the whole capture's)
     ranks: list[RankRow]             # one per analysis["ranks"] entry, in its order
     timeline: Timeline
     series: list[TransportSeries]    # on the bins asked for (none: empty)
@@ -81,7 +82,9 @@ def overview(source: JobSource, until_ns: int | None, version: str, bins: int = 
     job = source.at(until_ns)
     span = source.span_ns()
     cursor = span if until_ns is None else min(until_ns, span)
-    analysis = analyze(job, version)
+    # Not each save analysed again as of every cursor move (4x the cost): the TUI shows the saves of
+    # the whole capture, found once per growth (source.saves).
+    analysis = analyze(job, version, each_save=False)
     extras = rank_extras(job, now_ns=cursor)
     calls = in_progress(job, source.at(None) if until_ns is not None else None, cursor)
     blocked = blocked_now(calls)
