@@ -127,7 +127,8 @@ def _analyze(args) -> int:
 
 
 def _holds_rows(job) -> bool:
-    return any(c.read(t) is not None for c in job.captures for t in ("syscall", "rpc"))
+    # through the job's memo, which analyze() then reads instead of the capture again
+    return any(job.per_capture(t) for t in ("syscall", "rpc"))
 
 
 def _check_selects(whole, job, what: str) -> None:
