@@ -44,7 +44,8 @@ class Decoder:
         self._ignored: set[tuple[int, int]] = set()
         self._paths: dict[tuple[int, int, int], str] = {}
         self._envs: dict[int, tuple[int, dict[str, str]]] = {}   # tgid -> (its execve, rank variables)
-        self._exits: list[int] = []
+        self._exits: list[int] = []        # exited in earlier batches; their fds still wanted
+        self._new_exits: list[int] = []    # exited in this batch
         self.unnamed = 0   # rows dropped because their fd could not be named
         self.seen: set[int] = set()   # tgids with rows: their blocked path calls are worth showing
 
@@ -59,7 +60,7 @@ class Decoder:
         elif kind == PROC_EXEC:
             self.fds.close_fds(tgid, ts, only_cloexec=True)
         elif kind == PROC_EXIT:
-            self._exits.append(tid)
+            self._new_exits.append(tid)
             self._envs.pop(tid, None)
 
     # ---- rank variables, read at execve ----
@@ -165,11 +166,23 @@ class Decoder:
 
     # ---- a whole batch ----
     def feed(self, sys: np.ndarray, paths: np.ndarray, procs: np.ndarray,
-             envs: np.ndarray | None = None) -> pa.Table | None:
-        for tgid in self._exits:  # deferred one batch: their last syscalls may come after the exit
-            self.fds.drop_process(tgid)
-            self.registry.forget(tgid)
-        self._exits = []
+             envs: np.ndarray | None = None, caught_up: bool = True) -> pa.Table | None:
+        """One batch's rows. `caught_up`: the batch holds every syscall committed before its
+        process events were read. A process's fds are forgotten only after such a batch that
+        follows the one with its exit: its last calls were committed before the exit was seen,
+        yet may have been read in the next batch, or later if that one stopped short."""
+        rows = self._decode(sys, paths, procs, envs)
+        if caught_up:
+            for tgid in self._exits:
+                self.fds.drop_process(tgid)
+                self.registry.forget(tgid)
+            self._exits = []
+        self._exits += self._new_exits
+        self._new_exits = []
+        return rows
+
+    def _decode(self, sys: np.ndarray, paths: np.ndarray, procs: np.ndarray,
+                envs: np.ndarray | None) -> pa.Table | None:
         # Identity reads first, before the decoding below: a short-lived rank process
         # must still be alive (with its environment) when a worker reads /proc.
         self._take_envs(envs)

@@ -145,6 +145,10 @@ class ProbeGroup:
         return resources.files("slotscope.bpf").joinpath(self.source).read_text()
 
 
+# The rings whose records a syscall record refers to: its paths, the forks and execs before it.
+SYS_REFERS_TO = ("path_ring", "proc_ring", "env_ring")
+
+
 class SyscallProbes(ProbeGroup):
     name = "syscalls"
     description = "file syscalls of every process (syscalls:sys_enter_*/sys_exit_* tracepoints)"
@@ -153,8 +157,9 @@ class SyscallProbes(ProbeGroup):
     rings = {"sys_ring": (SYS_EVENT, 4096), "path_ring": (PATH_EVENT, 1024), "proc_ring": (PROC_EVENT, 256),
              "env_ring": (ENV_EVENT, 64)}
     # Fed every drain: process exits are applied one drain late (their last calls may follow).
-    streams = (Stream("syscall", ("sys_ring", "path_ring", "proc_ring", "env_ring"),
-                      lambda d, sys, paths, procs, envs: d.decoder.feed(sys, paths, procs, envs), each_drain=True),)
+    streams = (Stream("syscall", ("sys_ring", *SYS_REFERS_TO),
+                      lambda d, sys, paths, procs, envs: d.decoder.feed(
+                          sys, paths, procs, envs, caught_up=d.loaded.syscalls_caught_up), each_drain=True),)
 
     def available_syscalls(self) -> list[str]:
         return [op for op in OPS
@@ -382,13 +387,26 @@ class Loaded:
     def read_batch(self) -> dict[str, np.ndarray]:
         """Every ring's new events. The syscall ring's position is taken first: paths
         and process events that precede a syscall are then in the same batch or an
-        earlier one."""
+        earlier one. A ring read stops at a record still being written (another CPU's, or a
+        program preempted in a faultable syscall tracepoint), and the records after it wait;
+        so when one of the rings the syscalls refer to stopped short, this batch reads no
+        syscall at all: one whose path or fork were held back would be decoded without them
+        (an open without its path leaves every write to that fd unnamed)."""
         sys_ring = self.rings.get("sys_ring")
         upto = sys_ring.producer_position() if sys_ring else None
         out = {name: ring.read() for name, ring in self.rings.items() if name != "sys_ring"}
         if sys_ring:
-            out["sys_ring"] = sys_ring.read(upto)
+            complete = all(self.rings[name].caught_up for name in SYS_REFERS_TO if name in self.rings)
+            out["sys_ring"] = sys_ring.read(upto) if complete else np.empty(0, SYS_EVENT.dtype)
+            sys_ring.caught_up = complete and sys_ring.caught_up
         return out
+
+    @property
+    def syscalls_caught_up(self) -> bool:
+        """Whether the last batch read every syscall record committed before its process
+        events were read (then the last calls of a process whose exit it saw are all read)."""
+        ring = self.rings.get("sys_ring")
+        return ring is None or ring.caught_up
 
     def fill(self) -> float:
         return max(ring.fill() for ring in self.rings.values())

@@ -46,6 +46,7 @@ class RingReader:
         self._cons = np.frombuffer(self._cons_map, dtype=np.uint64, count=1)
         self._prod = np.frombuffer(self._prod_map, dtype=np.uint64, count=1)
         self._data_off = page
+        self.caught_up = True      # whether the last read reached the position it aimed at
         self._record = np.dtype({
             "names": ["len", "pg_off", "event"],
             "formats": [np.uint32, np.uint32, layout.dtype],
@@ -65,6 +66,7 @@ class RingReader:
         cons = int(self._cons[0])
         prod = self.producer_position() if upto is None else upto
         n = (prod - cons) // self.stride
+        self.caught_up = True
         if n <= 0:
             return np.empty(0, self._dtype)
         off = self._data_off + (cons & (self.data_size - 1))
@@ -72,6 +74,7 @@ class RingReader:
         busy = np.flatnonzero(lens & BUSY_BIT)
         if busy.size:  # stop at the first record still being written
             n = int(busy[0])
+            self.caught_up = False
             lens = lens[:n]
         sizes = lens & ~np.uint32(BUSY_BIT | DISCARD_BIT)
         if n and np.any(sizes != self.event_size):

@@ -265,6 +265,26 @@ def test_cgroup_filter(tmp_path):
     assert t is not None and set(t["tgid"].to_pylist()) == {inside.pid}
 
 
+def _wait_blocked(cap, tgid: int, age_ns: int, timeout: float, agent) -> None:
+    """Until a `blocked` snapshot of the capture being written shows `tgid` blocked `age_ns`."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            rows = Capture.open(str(cap)).read("blocked")
+        except Exception:   # meta.json or the first segment not written yet
+            rows = None
+        if rows is not None and any(r["tgid"] == tgid and r["ts"] - r["ts_enter"] >= age_ns
+                                    for r in rows.to_pylist()):
+            return
+        time.sleep(0.5)
+    agent.send_signal(signal.SIGINT)
+    agent.wait(60)
+    calls = Capture.open(str(cap)).read("syscall")
+    mine = calls and calls.filter(pc.equal(calls["tgid"], tgid)).select(["syscall", "fd", "ret", "path"]).to_pylist()
+    raise AssertionError(f"no blocked call of {tgid} for {age_ns / 1e9} s within {timeout} s; its rows: {mine}; "
+                         f"agent: {agent.stderr.read()}")
+
+
 def test_blocked_syscalls_are_snapshotted(tmp_path):
     """A write that never returns (into a FIFO nobody reads) shows in the `blocked` table while
     it lasts and in the final snapshot at stop, with its file; the analyzer calls it a hung
@@ -276,16 +296,22 @@ def test_blocked_syscalls_are_snapshotted(tmp_path):
             "os.write(fd,b'x'*4096)\n"
             "print('ready',flush=True)\n"
             "os.write(fd,b'y'*(1<<20))\n")              # a full pipe: blocks for good
-    agent = start_slotscope("record", "-o", str(tmp_path / "cap"), "--path", str(tmp_path), "--duration", "5")
+    agent = start_slotscope("record", "-o", str(tmp_path / "cap"), "--path", str(tmp_path))
+    stuck = None
     try:
         wait_recording(agent)
         stuck = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE, text=True)
         assert stuck.stdout.readline().strip() == "ready"
+        # Stop once the growing capture shows the call blocked long enough (not after a fixed
+        # time: on a loaded machine the interpreter's start alone can take seconds).
+        _wait_blocked(tmp_path / "cap", stuck.pid, age_ns=2_500_000_000, timeout=120, agent=agent)
+        agent.send_signal(signal.SIGINT)
         assert agent.wait(60) == 0, agent.stderr.read()
     finally:
         agent.kill()
-        stuck.kill()
-        stuck.wait()
+        if stuck:
+            stuck.kill()
+            stuck.wait()
     cap = Capture.open(str(tmp_path / "cap"))
     blocked = cap.read("blocked")
     assert blocked is not None, "no blocked rows"

@@ -171,7 +171,8 @@ def test_short_lived_ranks_are_named(tmp_path):
     out = slotscope("analyze", "--json", str(tmp_path / "cap"))
     ranks = {r["rank"]: r for r in json.loads(out.stdout)["ranks"] if r["rank"] is not None}
     assert sorted(ranks) == list(range(200)), sorted(ranks)
-    assert all(r["bytes_written"] == 2 for r in ranks.values())
+    wrong = {k: r["bytes_written"] for k, r in ranks.items() if r["bytes_written"] != 2}
+    assert not wrong, (wrong, json.loads(out.stdout)["notes"])
 
 
 def test_secrets_in_a_traced_shell_command_are_redacted(tmp_path):

@@ -1,0 +1,75 @@
+"""The decoder across batches: a process's last calls may be read a batch after its exit."""
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from slotscope.agent.decode import Decoder
+from slotscope.agent.files import FileFilter, FileRegistry
+from slotscope.agent.identity import Identities
+from slotscope.agent.layouts import PATH_EVENT, PROC_EVENT, PROC_EXIT, SYS_EVENT
+from slotscope.capture.syscalls import OP_NUMBER
+
+pytestmark = pytest.mark.unit
+
+O_WRONLY_CREAT_TRUNC = 0o1101
+AT_FDCWD = -100
+
+
+def _gone_pid() -> int:
+    """A tgid no process holds now (a reaped child's): /proc cannot name its fds."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def _sys(rows: list[dict]) -> np.ndarray:
+    out = np.zeros(len(rows), SYS_EVENT.dtype)
+    for i, row in enumerate(rows):
+        for name, value in row.items():
+            out[name][i] = value
+    return out
+
+
+def _call(tgid: int, t: int, op: str, fd: int, ret: int, **more) -> dict:
+    return {"ts_enter": t, "ts_exit": t + 10, "tid": tgid, "tgid": tgid, "op": OP_NUMBER[op], "fd": fd,
+            "fd2": -1, "ret": ret, "offset": -1, **more}
+
+
+def _path(tgid: int, t: int, path: str) -> np.ndarray:
+    out = np.zeros(1, PATH_EVENT.dtype)
+    out["ts_enter"], out["tid"], out["len"], out["path"] = t, tgid, len(path) + 1, path.encode()
+    return out
+
+
+def _exit(tgid: int, t: int) -> np.ndarray:
+    out = np.zeros(1, PROC_EVENT.dtype)
+    out["ts"], out["tid"], out["tgid"], out["ptid"], out["kind"] = t, tgid, tgid, tgid, PROC_EXIT
+    return out
+
+
+@pytest.mark.parametrize("stopped_short", [False, True])
+def test_a_write_read_after_its_process_exit_is_still_named(tmp_path, stopped_short):
+    """`sh -c 'echo x > f'` as dash runs it: open f as 3, dup2 onto 1, close 3, write 1, exit.
+    The batch that sees the exit holds the calls up to the close; the write comes in the next
+    batch (committed before the exit was read, after the syscall ring's position was taken),
+    or in the one after that when the next batch stopped short of it (`caught_up` false)."""
+    f = tmp_path / "f"
+    f.write_text("x\n")
+    tgid = _gone_pid()
+    dec = Decoder(FileRegistry(FileFilter(prefixes=(str(tmp_path),), fstypes=None)), Identities())
+    none = np.empty(0, PATH_EVENT.dtype), np.empty(0, PROC_EVENT.dtype)
+    first = _sys([_call(tgid, 100, "openat", AT_FDCWD, 3, flags=O_WRONLY_CREAT_TRUNC, npaths=1),
+                  _call(tgid, 200, "dup2", 3, 1, fd2=1),
+                  _call(tgid, 300, "close", 3, 0)])
+    dec.feed(first, _path(tgid, 100, str(f)), _exit(tgid, 600))
+    if stopped_short:
+        assert dec.feed(np.empty(0, SYS_EVENT.dtype), *none, caught_up=False) is None
+    rows = dec.feed(_sys([_call(tgid, 400, "write", 1, 2, count=2)]), *none)
+    assert rows is not None and rows.column("path").to_pylist() == [str(f)]
+    assert rows.column("bytes").to_pylist() == [2]
+    assert dec.unnamed == 0
+    # Once a caught-up batch followed, the process's fds are forgotten: its pid may be reused.
+    assert dec.feed(_sys([_call(tgid, 700, "write", 1, 2, count=2)]), *none) is None
