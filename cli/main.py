@@ -300,7 +300,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--tui", action="store_true",
                    help="watch the capture in the terminal UI while it records (q or Ctrl-C stops both)")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
-                   help="trace this command and its descendants; stop when it exits")
+                   help="trace this command and its descendants; stop when it exits (a stop by Ctrl-C, "
+                        "SIGTERM or q ends it: SIGTERM, then SIGKILL if it lingers)")
     r.set_defaults(func=_record)
 
     a = sub.add_parser("analyze", help="name the cause of a stall from captures")
