@@ -95,9 +95,9 @@ def _half_the_free_space(path: str) -> int:
     return st.f_bavail * st.f_frsize // 2
 
 
-def _filter_warnings(opts: RecordOptions) -> list[str]:
+def _filter_warnings(opts: RecordOptions, devs: frozenset[int] | None) -> list[str]:
     """Filters that, as things stand, match nothing: said, not refused (the path or the
-    filesystem may appear while recording)."""
+    filesystem may appear while recording). `devs`: the devices that may hold a matching file."""
     warnings = [f"--path {p}: does not exist (yet); files created under it will be recorded"
                 for p in opts.paths if not os.path.exists(p)]
     if opts.fs and opts.fs not in ("any", "nfs"):
@@ -106,6 +106,13 @@ def _filter_warnings(opts: RecordOptions) -> list[str]:
         if opts.fs not in known:
             warnings.append(f"--fs {opts.fs}: the kernel knows no such filesystem type (/proc/filesystems); "
                             f"nothing will be recorded unless one is mounted")
+            return warnings
+    if devs is not None and not devs:     # no mount of the filtered types (under the --path prefixes)
+        fs = "NFS" if (opts.fs or "nfs") == "nfs" else opts.fs
+        under = f" under {', '.join(opts.paths)}" if opts.paths else ""
+        warnings.append(f"no {fs} mount{under} on this machine: nothing can match the filter unless one is "
+                        f"mounted while recording; widen it with --path DIR (the files under DIR) or --fs any "
+                        f"(files on any filesystem)")
     return warnings
 
 
@@ -248,14 +255,15 @@ class Recorder:
         for pid in opts.pids:
             if not os.path.exists(f"/proc/{pid}"):
                 raise RecordError(f"--pid {pid}: no such process")
-        for warning in _filter_warnings(opts):
+        devs = traced_devs(self.file_filter, mount_tables())
+        for warning in _filter_warnings(opts, devs):
             self._say(f"warning: {warning}", always=True)
         writer = self._create_writer(1)     # before the slow part: a bad -o fails at once
 
         self.proc = proc = HeldCommand(opts.command, own_group=not _terminal_job()) if opts.command else None
         self.tgids = list(opts.pids) + ([proc.pid] if proc else [])
         try:
-            filters = Filters(tgids=self.tgids, cgroup=opts.cgroup, devs=traced_devs(self.file_filter, mount_tables()))
+            filters = Filters(tgids=self.tgids, cgroup=opts.cgroup, devs=devs)
             self.loaded, groups = self._load(groups, filters, self.skipped)
         except Exception as exc:
             if proc:
