@@ -17,34 +17,18 @@ import tempfile
 from importlib import resources
 
 from slotscope.agent.recorder import RecordError, RecordOptions, record
-from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.report_text import render_text
-from slotscope.capture.meta import slotscope_version
+
+from .show import show
 
 
 def sample_path() -> str:
     return str(resources.files("slotscope.analyzer").joinpath("sample"))
 
 
-def interactive() -> bool:
-    """A terminal on both ends: the TUI can run (else the analysis is printed)."""
-    return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
-
-
-def show(capture: str) -> int:
-    """The capture in the TUI on a terminal, else its analysis as text."""
-    job = Job.open([capture])
-    if interactive():
-        from slotscope.tui.app import run_app
-        return run_app(job)
-    print(render_text(analyze(job, slotscope_version())))
-    return 0
-
-
 def run_demo(args) -> int:
     if args.sample:
-        return show(sample_path())
+        return show(Job.open([sample_path()]))
     if os.geteuid() != 0:
         print("slotscope demo: records with BPF, which needs root: run it with sudo "
               "(or `slotscope demo --sample` for the shipped capture)", file=sys.stderr)
@@ -60,7 +44,7 @@ def run_demo(args) -> int:
         if status:
             print(f"slotscope demo: the workload failed with status {status}", file=sys.stderr)
             return 1
-        show(capture)
+        show(Job.open([capture]))
         if args.keep:
             print(f"\ncapture kept in {capture}", file=sys.stderr)
         return 0

@@ -256,8 +256,9 @@ def _nested(t) -> bool:
 
 
 def _top(args) -> int:
-    from slotscope.tui.app import run
-    return run(args.captures, poll_seconds=max(args.poll, 0.05))
+    from .show import show
+    job = _open_job(args.captures)
+    return 1 if job is None else show(job, poll_seconds=max(args.poll, 0.05))
 
 
 def _demo(args) -> int:
@@ -340,7 +341,8 @@ def parser() -> argparse.ArgumentParser:
                        description="Follow a capture while `slotscope record` writes it (no root needed to "
                                    "watch a capture you may read), or replay a finished one with a time cursor. "
                                    "Keys: q quit, p pause, left/right scrub, / filter, enter drill down, s sort, "
-                                   "f findings, ? help.")
+                                   "f findings, ? help. Without a terminal (a pipe, a file) it prints the "
+                                   "analysis, as `analyze` does.")
     t.add_argument("captures", nargs="+", metavar="CAPTURE", help="captures of one job (one per node)")
     t.add_argument("--poll", type=float, default=1.0, metavar="SECONDS",
                    help="how often to look for new data in a capture being recorded (default 1)")
