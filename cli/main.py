@@ -349,9 +349,16 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_top)
 
     de = sub.add_parser("demo", help="run the main job on the embedded default: the TUI on a terminal, else the "
-                                         "analysis printed (root)")
+                                         "analysis printed (root)",
+                        description="Record the bundled workload, a checkpoint save to local disk, and show its "
+                                    "analysis: the TUI on a terminal, else the text. When that save is healthy or "
+                                    "the kernel has no NFS to trace, go on to the capture shipped with slotscope, a "
+                                    "save stalled on NFS (--sample shows it alone).")
     de.add_argument("--ranks", type=positive_int, default=4, help="ranks of the bundled workload (default 4)")
-    de.add_argument("--keep", metavar="DIR", help="keep the capture in DIR")
+    de.add_argument("--keep", metavar="DIR", help="write the recording into DIR (default: a new directory "
+                                                  "in $TMPDIR or /tmp, kept too)")
+    de.add_argument("--force", action="store_true", help="with --keep: write into an existing non-empty DIR "
+                                                         "(as record --force)")
     de.add_argument("--sample", action="store_true",
                     help="analyse the shipped capture of a real NFS checkpoint storm (no root needed)")
     de.set_defaults(func=_demo)
