@@ -256,8 +256,6 @@ class Recorder:
             if not os.path.exists(f"/proc/{pid}"):
                 raise RecordError(f"--pid {pid}: no such process")
         devs = traced_devs(self.file_filter, mount_tables())
-        for warning in _filter_warnings(opts, devs):
-            self._say(f"warning: {warning}", always=True)
         writer = self._create_writer(1)     # before the slow part: a bad -o fails at once
 
         self.proc = proc = HeldCommand(opts.command, own_group=not _terminal_job()) if opts.command else None
@@ -291,6 +289,9 @@ class Recorder:
                 proc.kill()
             writer.close()
             raise RecordError(str(exc)) from None
+        # once nothing can fail: a refusal stays one line
+        for warning in _filter_warnings(opts, devs):
+            self._say(f"warning: {warning}", always=True)
 
     def _create_writer(self, number: int) -> CaptureWriter:
         path = self.path(number)
