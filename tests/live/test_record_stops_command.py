@@ -57,6 +57,18 @@ def wait_for_pids(path: Path, timeout: float = 30) -> list[int]:
     return pids
 
 
+def assert_stopped(pids: Path, cap: Path, reason: str) -> None:
+    """The command and its child are gone; the capture says who stopped the recording."""
+    assert [p for p in read_pids(pids) if running(p)] == []
+    assert Capture.open(str(cap)).meta["stop_reason"] == reason
+
+
+def kill_what_is_left(pids: Path) -> None:
+    for pid in read_pids(pids):
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_q_in_record_tui_stops_the_traced_command(bpf_ready, tmux, tmp_path):
     pids, cap = tmp_path / "pids", tmp_path / "cap"
     try:
@@ -68,13 +80,10 @@ def test_q_in_record_tui_stops_the_traced_command(bpf_ready, tmux, tmp_path):
         assert tmux.exit_status(timeout=60) == f"EXIT={SIGTERM_STATUS}"
         screen = tmux.screen()
         assert "stopped the traced command" in screen and "stopped (q)" in screen
-        assert [p for p in read_pids(pids) if running(p)] == []
-        assert Capture.open(str(cap)).meta["stop_reason"] == "q"
+        assert_stopped(pids, cap, "q")
     finally:
         tmux.close()
-        for pid in read_pids(pids):
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_what_is_left(pids)
 
 
 @pytest.mark.parametrize("ignore_sigterm, status, said", [
@@ -93,10 +102,7 @@ def test_sigterm_to_record_stops_the_traced_command(bpf_ready, tmp_path, ignore_
         assert agent.wait(60) == status
         err = agent.stderr.read()
         assert said in err, err
-        assert [p for p in read_pids(pids) if running(p)] == []
-        assert Capture.open(str(cap)).meta["stop_reason"] == "SIGTERM"
+        assert_stopped(pids, cap, "SIGTERM")
     finally:
         agent.kill()
-        for pid in read_pids(pids):
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_what_is_left(pids)
