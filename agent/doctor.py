@@ -45,7 +45,11 @@ def run_doctor(ebpf: bool = False) -> int:
     for name, reason, what in results:
         state = "ok " if reason is None else "NO "
         print(f"{state} {name:<{width}}  {what if reason is None else reason}")
-    syscalls_ok = next(r for n, r, _ in results if n == "probe group syscalls") is None
+    reasons = {name: reason for name, reason, _ in results}
+    syscalls_ok = reasons["probe group syscalls"] is None
     print()
     print("recording possible: " + ("yes" if syscalls_ok else "no (see above)"), file=sys.stdout)
+    if reasons["probe group sunrpc"] or reasons["probe group nfs"]:
+        print("no NFS to trace here: `slotscope demo --sample` shows what slotscope finds in a checkpoint save "
+              "stalled on NFS, from the capture shipped with it (no root needed)")
     return 0 if syscalls_ok else 1

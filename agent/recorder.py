@@ -35,6 +35,8 @@ STATUS_EVERY = 5.0
 # The tables the recorder writes itself; the probe groups' streams and the samplers write the rest.
 OWN_TABLES = ("procs", "blocked", "loss", "agent")
 NUMBER = "{n}"          # in -o: the number of the capture, for a recording of several (SIGUSR1)
+COMMAND_GRACE = 5.0     # s a traced command has to end after SIGTERM (or Ctrl-C) before SIGKILL
+QUIT = "q"              # the stop reason when the TUI watching the recording quits (record --tui)
 
 
 class RecordError(Exception):
@@ -54,6 +56,7 @@ class RecordOptions:
     group_readable: bool = False
     status: bool = True
     max_size: int | None = None     # bytes per capture; None: half the free space at its start
+    quit_signal: int | None = None  # a signal that means the user quit (record --tui's q): stop reason QUIT
 
     def file_filter(self) -> FileFilter:
         fs = self.fs or ("any" if self.paths else "nfs")
@@ -92,9 +95,9 @@ def _half_the_free_space(path: str) -> int:
     return st.f_bavail * st.f_frsize // 2
 
 
-def _filter_warnings(opts: RecordOptions) -> list[str]:
+def _filter_warnings(opts: RecordOptions, devs: frozenset[int] | None) -> list[str]:
     """Filters that, as things stand, match nothing: said, not refused (the path or the
-    filesystem may appear while recording)."""
+    filesystem may appear while recording). `devs`: the devices that may hold a matching file."""
     warnings = [f"--path {p}: does not exist (yet); files created under it will be recorded"
                 for p in opts.paths if not os.path.exists(p)]
     if opts.fs and opts.fs not in ("any", "nfs"):
@@ -103,6 +106,13 @@ def _filter_warnings(opts: RecordOptions) -> list[str]:
         if opts.fs not in known:
             warnings.append(f"--fs {opts.fs}: the kernel knows no such filesystem type (/proc/filesystems); "
                             f"nothing will be recorded unless one is mounted")
+            return warnings
+    if devs is not None and not devs:     # no mount of the filtered types (under the --path prefixes)
+        fs = "NFS" if (opts.fs or "nfs") == "nfs" else opts.fs
+        under = f" under {', '.join(opts.paths)}" if opts.paths else ""
+        warnings.append(f"no {fs} mount{under} on this machine: nothing can match the filter unless one is "
+                        f"mounted while recording; widen it with --path DIR (the files under DIR) or --fs any "
+                        f"(files on any filesystem)")
     return warnings
 
 
@@ -130,7 +140,7 @@ class HeldCommand:
     so it is traced from its first instruction. (subprocess.Popen waits for the exec,
     so it cannot hold the child.)"""
 
-    def __init__(self, command: list[str]):
+    def __init__(self, command: list[str], own_group: bool):
         import shutil
         if shutil.which(command[0]) is None:
             why = ("not an executable file" if os.sep in command[0] and os.path.exists(command[0])
@@ -148,6 +158,13 @@ class HeldCommand:
                 print(f"slotscope: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
             os._exit(127)
         os.close(r)
+        # In a process group of its own, the command and its children can be stopped together
+        # without the recorder; as the terminal's job it stays in the recorder's (Ctrl-C, Ctrl-Z
+        # and the terminal's input reach it as a command run by the shell). Set here, before the
+        # release: the child cannot have exec'd yet.
+        self.own_group = own_group
+        if own_group:
+            os.setpgid(self.pid, self.pid)
         self.returncode: int | None = None
 
     def release(self) -> None:
@@ -161,11 +178,12 @@ class HeldCommand:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
-    def wait(self, timeout: float) -> int | None:
-        end = time.monotonic() + timeout
-        while self.poll() is None and time.monotonic() < end:
-            time.sleep(0.05)
-        return self.returncode
+    def signal(self, sig: int) -> None:
+        """To its process group when it has one of its own (its children too), else to it."""
+        try:
+            (os.killpg if self.own_group else os.kill)(self.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def kill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
@@ -198,8 +216,12 @@ class Recorder:
         """The directory of the capture being written."""
         return self.path(self.number)
 
+    def _stop_signals(self) -> tuple[int, ...]:
+        return (signal.SIGINT, signal.SIGTERM) + ((self.opts.quit_signal,) if self.opts.quit_signal else ())
+
     def _on_signal(self, signum, _frame):
-        self.stop_reason = signal.Signals(signum).name
+        if self.stop_reason is None:          # the first reason stands (a second Ctrl-C, a quit after it)
+            self.stop_reason = QUIT if signum == self.opts.quit_signal else signal.Signals(signum).name
 
     def _on_next(self, _signum, _frame):
         self.next_requested = True
@@ -217,11 +239,8 @@ class Recorder:
             raise RecordError(failure)
         exit_code = 0
         proc = self.proc
-        if proc is not None:
-            if proc.poll() is None and self.stop_reason in ("SIGINT", "SIGTERM"):
-                proc.wait(timeout=2)   # it got the same Ctrl-C from the terminal, most likely
-            if proc.returncode is not None:
-                exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        if proc is not None and proc.returncode is not None:
+            exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         self._say(f"stopped ({self.stop_reason}): {self._totals_line()}")
         return exit_code
 
@@ -236,14 +255,13 @@ class Recorder:
         for pid in opts.pids:
             if not os.path.exists(f"/proc/{pid}"):
                 raise RecordError(f"--pid {pid}: no such process")
-        for warning in _filter_warnings(opts):
-            self._say(f"warning: {warning}", always=True)
+        devs = traced_devs(self.file_filter, mount_tables())
         writer = self._create_writer(1)     # before the slow part: a bad -o fails at once
 
-        self.proc = proc = HeldCommand(opts.command) if opts.command else None
+        self.proc = proc = HeldCommand(opts.command, own_group=not _terminal_job()) if opts.command else None
         self.tgids = list(opts.pids) + ([proc.pid] if proc else [])
         try:
-            filters = Filters(tgids=self.tgids, cgroup=opts.cgroup, devs=traced_devs(self.file_filter, mount_tables()))
+            filters = Filters(tgids=self.tgids, cgroup=opts.cgroup, devs=devs)
             self.loaded, groups = self._load(groups, filters, self.skipped)
         except Exception as exc:
             if proc:
@@ -258,7 +276,7 @@ class Recorder:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         self.loaded.wake_on(self._wake_r)
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in self._stop_signals():
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGUSR1, self._on_next)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -271,6 +289,9 @@ class Recorder:
                 proc.kill()
             writer.close()
             raise RecordError(str(exc)) from None
+        # once nothing can fail: a refusal stays one line
+        for warning in _filter_warnings(opts, devs):
+            self._say(f"warning: {warning}", always=True)
 
     def _create_writer(self, number: int) -> CaptureWriter:
         path = self.path(number)
@@ -308,7 +329,7 @@ class Recorder:
     def loop(self) -> None:
         """Release the traced command and drain until a stop: a signal, the command's end or
         --duration; then the last rows, taken while the probes are still attached."""
-        opts, loaded, proc = self.opts, self.loaded, self.proc
+        opts, proc = self.opts, self.proc
         deadline = time.monotonic() + opts.duration if opts.duration else None
         # Before saying "recording": pyarrow's and numpy's lazy start-up (seconds under
         # emulation) must not open a gap in the samples or slow the first save traced.
@@ -326,9 +347,44 @@ class Recorder:
             elif self.next_requested:
                 self._next_capture()
             else:
-                loaded.wait(min(DRAIN_EVERY, deadline - time.monotonic()) if deadline else DRAIN_EVERY)
-                _empty(self._wake_r)
+                self._wait(min(DRAIN_EVERY, deadline - time.monotonic()) if deadline else DRAIN_EVERY)
+        self._end_command()
         self._last_rows()
+
+    def _wait(self, seconds: float) -> None:
+        """Until the next drain: `seconds`, or sooner when data or a signal arrives."""
+        self.loaded.wait(seconds)
+        _empty(self._wake_r)
+
+    def _end_command(self) -> None:
+        """A stop by the user (Ctrl-C, SIGTERM, q) ends the traced command too, traced to its end:
+        SIGTERM to its process group, SIGKILL after COMMAND_GRACE s. (--duration leaves it running.)"""
+        proc = self.proc
+        if proc is None or self.stop_reason not in ("SIGINT", "SIGTERM", QUIT):
+            return
+        if self.stop_reason == "SIGINT" and not proc.own_group:
+            self._drain_until_exit(COMMAND_GRACE)      # the terminal's Ctrl-C reached it too
+        if proc.poll() is not None:
+            return
+        target = f"{'its process group' if proc.own_group else 'it'} (pid {proc.pid})"
+        proc.signal(signal.SIGTERM)
+        if self._drain_until_exit(COMMAND_GRACE) is not None:
+            said = f"stopped the traced command: SIGTERM to {target}"
+        else:
+            proc.signal(signal.SIGKILL)
+            said = (f"stopped the traced command: SIGKILL to {target}, {COMMAND_GRACE:g} s after SIGTERM did not end it"
+                    if self._drain_until_exit(COMMAND_GRACE) is not None else
+                    f"could not stop the traced command (pid {proc.pid}): it outlived SIGTERM and SIGKILL, "
+                    f"{COMMAND_GRACE:g} s each (blocked in the kernel, on a hung NFS server?)")
+        self._say(said, always=True)
+
+    def _drain_until_exit(self, seconds: float) -> int | None:
+        """Drain while the traced command ends, for at most `seconds`: -> its status, None if it runs on."""
+        end = time.monotonic() + seconds
+        while self.proc.poll() is None and time.monotonic() < end:
+            self._drain()
+            self._wait(min(DRAIN_EVERY, max(end - time.monotonic(), 0)))
+        return self.proc.returncode
 
     def _say_recording(self) -> None:
         loaded, proc = self.loaded, self.proc
@@ -381,7 +437,7 @@ class Recorder:
         return self._close_capture(failure or self.stop_reason, failure)
 
     def _restore_signals(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
+        for sig in (*self._stop_signals(), signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         os.close(self._wake_r)
@@ -546,6 +602,14 @@ class Recorder:
     def _say(self, text: str, always: bool = False) -> None:
         if self.opts.status or always or text.startswith("recording"):
             print(f"slotscope: {text}", file=sys.stderr, flush=True)
+
+
+def _terminal_job() -> bool:
+    """Whether this process is the foreground job of the terminal on its stdin."""
+    try:
+        return os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:                 # stdin is no terminal (or none)
+        return False
 
 
 def _empty(fd: int) -> None:

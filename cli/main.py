@@ -256,8 +256,9 @@ def _nested(t) -> bool:
 
 
 def _top(args) -> int:
-    from slotscope.tui.app import run
-    return run(args.captures, poll_seconds=max(args.poll, 0.05))
+    from .show import show
+    job = _open_job(args.captures)
+    return 1 if job is None else show(job, poll_seconds=max(args.poll, 0.05))
 
 
 def _demo(args) -> int:
@@ -300,7 +301,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--tui", action="store_true",
                    help="watch the capture in the terminal UI while it records (q or Ctrl-C stops both)")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
-                   help="trace this command and its descendants; stop when it exits")
+                   help="trace this command and its descendants; stop when it exits (a stop by Ctrl-C, "
+                        "SIGTERM or q ends it: SIGTERM, then SIGKILL if it lingers)")
     r.set_defaults(func=_record)
 
     a = sub.add_parser("analyze", help="name the cause of a stall from captures")
@@ -339,16 +341,24 @@ def parser() -> argparse.ArgumentParser:
                        description="Follow a capture while `slotscope record` writes it (no root needed to "
                                    "watch a capture you may read), or replay a finished one with a time cursor. "
                                    "Keys: q quit, p pause, left/right scrub, / filter, enter drill down, s sort, "
-                                   "f findings, ? help.")
+                                   "f findings, ? help. Without a terminal (a pipe, a file) it prints the "
+                                   "analysis, as `analyze` does.")
     t.add_argument("captures", nargs="+", metavar="CAPTURE", help="captures of one job (one per node)")
     t.add_argument("--poll", type=float, default=1.0, metavar="SECONDS",
                    help="how often to look for new data in a capture being recorded (default 1)")
     t.set_defaults(func=_top)
 
     de = sub.add_parser("demo", help="run the main job on the embedded default: the TUI on a terminal, else the "
-                                         "analysis printed (root)")
+                                         "analysis printed (root)",
+                        description="Record the bundled workload, a checkpoint save to local disk, and show its "
+                                    "analysis: the TUI on a terminal, else the text. When that save is healthy or "
+                                    "the kernel has no NFS to trace, go on to the capture shipped with slotscope, a "
+                                    "save stalled on NFS (--sample shows it alone).")
     de.add_argument("--ranks", type=positive_int, default=4, help="ranks of the bundled workload (default 4)")
-    de.add_argument("--keep", metavar="DIR", help="keep the capture in DIR")
+    de.add_argument("--keep", metavar="DIR", help="write the recording into DIR (default: a new directory "
+                                                  "in $TMPDIR or /tmp, kept too)")
+    de.add_argument("--force", action="store_true", help="with --keep: write into an existing non-empty DIR "
+                                                         "(as record --force)")
     de.add_argument("--sample", action="store_true",
                     help="analyse the shipped capture of a real NFS checkpoint storm (no root needed)")
     de.set_defaults(func=_demo)

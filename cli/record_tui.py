@@ -5,13 +5,16 @@ loop keeps its own interpreter (no GIL shared with the screen), its signal handl
 recorder's own (SIGINT/SIGTERM stop it cleanly, writing the stop record), and a slow screen
 can never make it lose events. The TUI in the foreground reads the capture the child writes,
 the same way `slotscope top` follows any live capture. Quitting the TUI (q, or Ctrl-C, which
-the TUI reads as a key) sends the recorder SIGTERM and waits for it to finish the capture;
-the exit status is the recorder's. The recorder's own messages (and a traced command's
-output) go to a log, printed when the screen is gone. If this process dies, the kernel sends
-the recorder SIGTERM (PR_SET_PDEATHSIG), so it never records on unattended.
+the TUI reads as a key) sends the recorder QUIT_SIGNAL, its stop reason "q", and waits for it
+to finish the capture: a traced command is stopped with it (SIGTERM to the command's process
+group, SIGKILL after a grace period: the recorder's own way of ending it at a stop), and the
+exit status is the recorder's, which is the command's. The recorder's own messages (and a traced
+command's output) go to a log, printed when the screen is gone. If this process dies, the kernel
+sends the recorder SIGTERM (PR_SET_PDEATHSIG), so it never records on unattended.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -20,6 +23,7 @@ import time
 
 STOP_TIMEOUT = 60.0        # s to wait for the recorder to detach its probes and close the capture
 LOG_LINES = 200            # lines of the recorder's log printed at the end
+QUIT_SIGNAL = signal.SIGUSR2   # to the recorder: the user quit the TUI (SIGUSR1 is its next capture)
 
 
 def _die_with_parent() -> None:
@@ -75,9 +79,9 @@ def _status(pid: int, block: bool) -> int | None:
 
 
 def _stop(pid: int, timeout: float = STOP_TIMEOUT) -> int:
-    """SIGTERM the recorder and wait for it to write its stop record; SIGKILL after `timeout`."""
+    """Tell the recorder the user quit and wait for it to write its stop record; SIGKILL after `timeout`."""
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, QUIT_SIGNAL)
     except ProcessLookupError:
         pass
     end = time.monotonic() + timeout
@@ -117,6 +121,7 @@ def record_with_tui(opts, argv: list[str], record=None, run_ui=None, poll_second
         print("slotscope record: --tui needs a terminal (record without it, and watch the capture "
               "with `slotscope top` from one)", file=sys.stderr)
         return 1
+    opts = dataclasses.replace(opts, quit_signal=QUIT_SIGNAL)
     fd, log = tempfile.mkstemp(prefix="slotscope-record-", suffix=".log")
     sys.stdout.flush()
     sys.stderr.flush()
@@ -153,7 +158,8 @@ def record_with_tui(opts, argv: list[str], record=None, run_ui=None, poll_second
         if code is None:
             code = _status(pid, block=False)
         if code is None:
-            print("slotscope: stopping the recorder...", file=sys.stderr)
+            print(f"slotscope: stopping the recorder{' and the traced command' if opts.command else ''}...",
+                  file=sys.stderr)
             code = _stop(pid)
         _print_log(log)
         os.unlink(log)

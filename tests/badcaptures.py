@@ -600,9 +600,8 @@ def _child_modules(argv: list[str], w: int) -> None:
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)
-        import slotscope.tui.app
         from slotscope.cli.main import main
-        slotscope.tui.app.run_app = _headless_top
+        _top_headless()
         try:
             main(argv)
         except BaseException:
@@ -650,9 +649,8 @@ def _child(argv: list[str], as_nobody: bool, out: int, err: int) -> None:
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
-        import slotscope.tui.app
         from slotscope.cli.main import main
-        slotscope.tui.app.run_app = _headless_top
+        _top_headless()
         code = main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -662,6 +660,15 @@ def _child(argv: list[str], as_nobody: bool, out: int, err: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _top_headless() -> None:
+    """`top` runs its TUI as on a terminal, driven by _headless_top (without one, it would print
+    the analysis)."""
+    import slotscope.cli.show
+    import slotscope.tui.app
+    slotscope.cli.show.interactive = lambda: True
+    slotscope.tui.app.run_app = _headless_top
 
 
 def _headless_top(job, poll_seconds: float = 1.0) -> int:

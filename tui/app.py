@@ -14,7 +14,6 @@ changed, and the rank table formats the rows on screen only (ranktable.py).
 from __future__ import annotations
 
 import gc
-import sys
 import time
 
 from textual import work
@@ -372,13 +371,3 @@ class TopApp(App):
 def run_app(job: Job, poll_seconds: float = 1.0) -> int:
     TopApp(job, poll_seconds=poll_seconds).run()
     return 0
-
-
-def run(paths: list[str], poll_seconds: float = 1.0) -> int:
-    from slotscope.capture.reader import CaptureError
-    try:
-        job = Job.open(paths)
-    except CaptureError as exc:
-        print(f"slotscope: {exc}", file=sys.stderr)
-        return 1
-    return run_app(job, poll_seconds)

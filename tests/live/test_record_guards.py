@@ -106,6 +106,22 @@ def test_filters_that_match_nothing_are_said(tmp_path):
     assert "--fs bogus: the kernel knows no such filesystem type" in res.stderr
 
 
+def test_the_default_filter_without_an_nfs_mount_is_said(tmp_path):
+    """By default only files on NFS mounts are recorded: on a machine without one, a line at the
+    start says that nothing can match and how to widen the filter; with --path, no such line."""
+    from slotscope.agent.files import mount_tables
+    if any(m.is_nfs for table in mount_tables() for m in table.by_point.values()):
+        pytest.skip("this machine has an NFS mount")
+    res = slotscope("record", "-o", str(tmp_path / "cap"), "--duration", "1", "-q")
+    assert res.returncode == 0, res.stderr
+    said = [line for line in res.stderr.splitlines() if "no NFS mount" in line]
+    assert len(said) == 1 and "nothing can match" in said[0], res.stderr
+    assert "--path DIR" in said[0] and "--fs any" in said[0]
+    assert res.stderr.index("no NFS mount") < res.stderr.index("recording to")
+    res = slotscope("record", "-o", str(tmp_path / "cap2"), "--path", str(tmp_path), "--duration", "1", "-q")
+    assert res.returncode == 0 and "no NFS mount" not in res.stderr, res.stderr
+
+
 def test_a_command_that_is_not_executable_is_named_so(tmp_path):
     script = tmp_path / "save.sh"
     script.write_text("#!/bin/sh\ntrue\n")

@@ -89,7 +89,7 @@ def cap(build_capture):
 
 def test_import():
     import slotscope.tui.app as app_module
-    assert hasattr(app_module, "run")
+    assert hasattr(app_module, "run_app")     # what `top` and `demo` open on a terminal (cli/show.py)
 
 
 def test_main_screen(cap):

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.unit
 
 
 def fake_record(opts, argv) -> int:
-    """Writes a segment every 50 ms until SIGTERM, then the stop record; exit status 3."""
+    """Writes a segment every 50 ms until the quit signal, then the stop record; exit status 3."""
     stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(opts.quit_signal, lambda *_: stop.append(1))
     w = CaptureWriter(opts.output)
     m = meta()
     del m["stop"]
@@ -36,7 +36,7 @@ def fake_record(opts, argv) -> int:
         w.tables["syscall"].close_segment()
         i += 1
         time.sleep(0.05)
-    w.write_meta(dict(meta(), stop_reason="SIGTERM" if stop else "done"))
+    w.write_meta(dict(meta(), stop_reason="q" if stop else "done"))
     w.close()
     print(f"slotscope: stopped after {i} segments (fake)", flush=True)
     return 3
@@ -62,7 +62,7 @@ def test_quitting_the_tui_stops_the_recorder_cleanly(tmp_path, capfd):
     assert code == 3                                     # the recorder's own exit status
     assert seen["rows"] >= 3 and seen["live"]            # the UI followed the capture as it grew
     job = Job.open([out])
-    assert not job.captures[0].live and job.captures[0].meta["stop_reason"] == "SIGTERM"
+    assert not job.captures[0].live and job.captures[0].meta["stop_reason"] == "q"
     err = capfd.readouterr().err
     assert "stopping the recorder" in err and "recording (fake)" in err and "stopped after" in err
 
@@ -95,7 +95,7 @@ def test_ctrl_c_in_the_ui_still_stops_the_recorder(tmp_path):
         raise KeyboardInterrupt
 
     assert record_with_tui(RecordOptions(output=out), ["x"], record=fake_record, run_ui=ui) == 3
-    assert Job.open([out]).captures[0].meta["stop_reason"] == "SIGTERM"
+    assert Job.open([out]).captures[0].meta["stop_reason"] == "q"
 
 
 def test_record_tui_needs_a_terminal(tmp_path, capfd):
