@@ -12,13 +12,14 @@ from .attribution import attributed_rpcs
 from .findings import Context, find, verdict
 from .job import Job, between, iso_utc
 from .kernel_log import fingerprints
+from .losses import loss_line, losses
 from .mountstats import capture_deltas
 from .ranks import rank_table
 from .rpcs import by_proc
 from .saves import Save, find_saves, trend
 from .thresholds import Thresholds
 from .transports import transport_table
-from .units import gbps, mbps, pct
+from .units import gbps, mbps, number, pct
 
 UTC_COLUMNS = ("ts_begin", "ts_end", "ts_first_tx")
 
@@ -134,6 +135,16 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
     return out
 
 
+def separate_note(sep: dict) -> str:
+    """The note on one host's captures that do not overlap in time (Job.separate_recordings)."""
+    names = [" + ".join(r) for r in sep["recordings"]]
+    gaps = ", ".join(number(g, "s") for g in sep["gaps_s"])
+    return (f"{sep['host']}'s captures {', '.join(names[:-1])} and {names[-1]} do not overlap in time "
+            f"({gaps} apart): separate recordings, merged here as one, so the window and figures span "
+            "them all; compare them by analysing each alone: "
+            + "; ".join(f"slotscope analyze {' '.join(r)}" for r in sep["recordings"]))
+
+
 def save_report(save: Save, result: dict) -> dict:
     """One save of the recording: what it wrote, and the analysis of its window (`result`)."""
     wrote = [r for r in result["ranks"] if r["bytes_written"]]
@@ -185,6 +196,14 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         wanted = set(ranks_only)
         ranks = [r for r in ranks if r["rank"] in wanted]
         findings = [f for f in findings if not f.ranks or wanted & set(f.ranks)]
+    separate = job.separate_recordings()
+    notes += [separate_note(s) for s in separate]
+    saves = find_saves(job, th.save_gap_s) if each_save else None
+    spans = ([(f"save {s.number}", s.start_ns, s.end_ns) for s in saves] if saves is not None
+             else [("the save", *window)] if window else [])
+    lost = losses(job, spans, ranks)
+    many_hosts = len({c.meta.get("host") for c in job.captures}) > 1
+    notes += [loss_line(x, many_hosts) for x in lost]
     result = {
         "slotscope_version": version,
         "schema": FORMAT_MAJOR,
@@ -207,11 +226,13 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         "thresholds": th.as_dict(),
         "notes": notes,
         "problems": job.problems(),
+        "losses": lost,
+        "separate_recordings": separate,
     }
-    if each_save:
+    if saves is not None:
         result["saves"] = [save_report(s, analyze(between(job, s.start_ns, s.end_ns), version, th, kernel_log,
                                                   ranks_only, each_save=False))
-                           for s in find_saves(job, th.save_gap_s)]
+                           for s in saves]
         result["save_trend"] = trend(result["saves"])
     result["checklist"] = checklist(result, window)
     result["kernel_check"] = kernel_check(job, rpc)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from slotscope.capture.safepath import create_file
 
 from .job import Job, utc_ns
+from .losses import loss_when
 from .report_text import _value, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, pct, rate, round_rate, seconds, size
@@ -280,9 +281,12 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
     rows = [[c["path"], c["host"], c["kernel"], c["start"] or "?", c["end"] or "still recording",
              f"{c['lost_events']:,}"] for c in result["captures"]]
     out.append(_table(["capture", "host", "kernel", "start", "end", "events lost"], rows, numeric={5}))
-    lost = sum(c["lost_events"] for c in result["captures"])
-    if lost:
-        out.append(f'<p class="note">{lost:,} events were lost: counts and times above are lower bounds</p>')
+    if result.get("losses"):
+        rows = [[x["host"], x["probe"], x["counter"], x["what"], f"{x['lost']:,}",
+                 loss_when(x), x["effect"]]
+                for x in result["losses"]]
+        out.append(_table(["host", "probe", "counter", "what was lost", "events", "when", "what it can affect"],
+                          rows, numeric={4}, cls="losses"))
     for p in result["problems"]:
         out.append(f'<p class="note">problem: {_e(p)}</p>')
     out.append("</section>")
