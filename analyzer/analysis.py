@@ -15,6 +15,7 @@ from .kernel_log import fingerprints
 from .losses import loss_line, losses
 from .mountstats import capture_deltas
 from .ranks import rank_table
+from .report_text import rank_ranges
 from .rpcs import by_proc
 from .saves import Save, find_saves, trend
 from .thresholds import Thresholds
@@ -127,12 +128,31 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
     if window:
         secs = (window[1] - window[0]) / 1e9
         durations = sorted(r["save_s"] for r in result["ranks"] if r["bytes_written"])
-        out.append({"question": "checkpoint write duration", "answer": f"{secs:.1f} s",
-                    "value": (f"ranks {durations[0]:.1f}-{durations[-1]:.1f} s, median "
-                              f"{durations[len(durations) // 2]:.1f} s") if durations else "no writes traced"})
-    out.append({"question": "does it come back in a clean rerun", "answer": None,
-                "value": "one capture cannot tell: record the rerun and analyse it the same way"})
+        like = durations[-1] if durations else None
+        out.append({"question": "checkpoint write duration", "answer": number(secs, "s"),
+                    "value": (f"ranks {number(durations[0], like=like)}-{number(durations[-1], 's')}, median "
+                              f"{number(durations[len(durations) // 2], 's', like=like)}") if durations
+                    else "no writes traced"})
+    rerun = _rerun(result.get("saves") or [])
+    if rerun:
+        out.append(rerun)
     return out
+
+
+def _rerun(saves: list[dict]) -> dict | None:
+    """Whether the stall comes back: each save of a recording after the first is a rerun of the
+    save. None with fewer than two saves (one save cannot tell)."""
+    if len(saves) < 2:
+        return None
+    stalled = [s for s in saves if s["verdict"] not in (None, "healthy")]
+    by_verdict: dict[str, list[int]] = {}
+    for s in saves:
+        by_verdict.setdefault(s["verdict"] or "nothing to assess", []).append(s["number"])
+    return {"question": "does it come back in a clean rerun",
+            "answer": "yes" if len(stalled) == len(saves) else f"in {len(stalled)} of {len(saves)} saves" if stalled
+            else "no",
+            "value": "each save of the recording is a rerun: " + "; ".join(
+                f"{v} in {'save' if len(n) == 1 else 'saves'} {rank_ranges(n)}" for v, n in by_verdict.items())}
 
 
 def separate_note(sep: dict) -> str:

@@ -32,6 +32,13 @@ def number(v: float | None, unit: str = "", like: float | None = None) -> str:
     return f"{v:,.{decimals(v if like is None else like)}f}" + (f" {unit}" if unit else "")
 
 
+def duration(ns: float | None) -> str:
+    """A duration on its own, with the precision its size needs: '23.3 s', '0.183 s', '20.0 ms'."""
+    if ns is None:
+        return "-"
+    return number(ns / 1e9, "s") if abs(ns) >= 100_000_000 or not ns else number(ns / 1e6, "ms")
+
+
 def size(n: float | None) -> str:
     """Bytes in binary units: '512 B', '4.0 KiB', '1.5 GiB'; '-' when unknown."""
     if n is None:
@@ -41,6 +48,11 @@ def size(n: float | None) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return ""
+
+
+def byte_rate(bps: float | None) -> str:
+    """Bytes per second in binary units: '183.8 KiB/s'; '-' when unknown."""
+    return "-" if bps is None else size(bps) + "/s"
 
 
 def _in_rate_unit(bps: float) -> tuple[float, str]:
