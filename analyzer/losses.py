@@ -19,6 +19,12 @@ def _span_words(labels: list[str]) -> str:
     return ", ".join(labels)
 
 
+def _and(items: list[str]) -> str:
+    """['a', 'b', 'c'] -> 'a, b, and c'."""
+    return items[0] if len(items) == 1 else " and ".join(items) if len(items) == 2 else \
+        ", ".join(items[:-1]) + ", and " + items[-1]
+
+
 def _later_harm(counter: LossCounter, meta: dict, ranks: list[dict]) -> tuple[bool, str]:
     """(could it have harmed a later save, the measure that says so) for a counter that loses state."""
     if counter.lasting == "fd":
@@ -35,7 +41,7 @@ def _later_harm(counter: LossCounter, meta: dict, ranks: list[dict]) -> tuple[bo
 def _effect(counter: LossCounter, first: int, last: int, spans: list[tuple[str, int, int]], meta: dict,
             ranks: list[dict]) -> tuple[list[str], list[str], str]:
     """(the spans it falls in, what could be affected, the words that say so)."""
-    words = " and ".join(AFFECTS[a] for a in counter.affects)
+    words = _and([AFFECTS[a] for a in counter.affects])
     during = [label for label, a, b in spans if first <= b and last >= a]
     if during:
         return during, list(counter.affects), f"during {_span_words(during)}, whose {words} may be incomplete"
@@ -81,7 +87,7 @@ def loss_when(loss: dict) -> str:
 
 
 def loss_line(loss: dict, host: bool) -> str:
-    """One loss in a sentence: '7,070 syscall rows lost (syscalls probes, sys_ring_full) 18:03:20.1 ..
+    """One loss in a sentence: '7,070 syscall rows lost (syscalls: sys_ring_full) 18:03:20.1 ..
     18:03:25.3 UTC, before save 1; ...'."""
     return (f"{loss['lost']:,} {loss['what']} lost" + (f" on {loss['host']}" if host else "")
-            + f" ({loss['probe']} probes, {loss['counter']}) {loss_when(loss)}, {loss['effect']}")
+            + f" ({loss['probe']}: {loss['counter']}) {loss_when(loss)}, {loss['effect']}")

@@ -51,11 +51,11 @@ def test_losses_before_the_save_in_json_text_and_html(torch_import, tmp_path):
     assert (loss["start"], loss["end"]) == (utc(3), utc(8))
     assert "before save 1" in loss["effect"] and "files and ranks are not affected" in loss["effect"]
     [note] = [n for n in result["notes"] if "lost" in n]
-    assert note.startswith("7,070 syscall rows lost (syscalls probes, sys_ring_full) ")
+    assert note.startswith("7,070 syscall rows lost (syscalls: sys_ring_full) ")
     assert note.endswith(loss["effect"])
 
     text = " ".join(run_slotscope("analyze", torch_import).stdout.split())
-    assert "note: 7,070 syscall rows lost (syscalls probes, sys_ring_full)" in text
+    assert "note: 7,070 syscall rows lost (syscalls: sys_ring_full)" in text
     assert "before save 1; no call went unrecorded for want of its file's name" in text
 
     html = (tmp_path / "r.html").read_text()
@@ -98,6 +98,6 @@ def test_the_tui_banner_says_what_was_lost(torch_import):
             await settle(app, pilot)
             flat = " ".join(banner(app).split())
             assert "7070 events lost" in flat or "7,070 events lost" in flat
-            assert "7,070 syscall rows lost (syscalls probes, sys_ring_full)" in flat
+            assert "7,070 syscall rows lost (syscalls: sys_ring_full)" in flat
             assert "files and ranks are not affected" in flat
     run(scenario())
