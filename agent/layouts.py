@@ -17,6 +17,7 @@ import pyarrow as pa
 from slotscope.capture import events
 from slotscope.capture.events import C_STRING as _ARRAY
 from slotscope.capture.events import NFS_KINDS
+from slotscope.capture.losses import BPF_COUNTERS
 from slotscope.capture.syscalls import NFS_CALLS, OP_NUMBER
 
 # C scalar type -> numpy type (the Arrow types are the capture's: events.ARROW_TYPES).
@@ -153,9 +154,7 @@ CLONE_THREAD = 0x00010000
 
 # Counters the programs keep in a per-CPU array (index = position here); the
 # agent turns their deltas into the `loss` table.
-LOSS_COUNTERS = ("sys_ring_full", "path_ring_full", "proc_ring_full", "inflight_full", "path_read_failed",
-                 "rpc_ring_full", "rpc_tasks_full", "nfs_ring_full", "rpc_slot_ring_full", "owner_ring_full", "xprt_ring_full",
-                 "env_ring_full")
+LOSS_COUNTERS = tuple(BPF_COUNTERS)
 
 
 LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, ENV_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)

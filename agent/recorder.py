@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from slotscope.capture import losses
 from slotscope.capture.tables import AGENT, LOSS, PROCS
 from slotscope.capture.writer import CaptureWriteError, CaptureWriter
 
@@ -62,10 +63,6 @@ class RecordOptions:
         fs = self.fs or ("any" if self.paths else "nfs")
         fstypes = None if fs == "any" else (NFS_TYPES if fs == "nfs" else frozenset({fs}))
         return FileFilter(tuple(os.path.normpath(os.path.abspath(p)) for p in self.paths), fstypes)
-
-
-def _probe_of(counter: str) -> str:
-    return {"rpc": "sunrpc", "nfs": "nfs"}.get(counter.split("_", 1)[0], "syscalls")
 
 
 def _monotonic_ns() -> int:
@@ -573,7 +570,7 @@ class Recorder:
         for name, total in totals.items():
             delta = total - self._loss_seen[name]
             if delta:
-                rows.append({"ts": ts, "interval_ns": interval, "probe": _probe_of(name),
+                rows.append({"ts": ts, "interval_ns": interval, "probe": losses.BPF_COUNTERS[name].probe,
                              "counter": name, "lost": delta})
         self._loss_seen = totals
         dropped = sum(self.writer.dropped.values())
@@ -581,7 +578,8 @@ class Recorder:
             if not self._dropped_seen:
                 self._say(f"the capture reached its size limit ({self.writer.max_bytes / 2**20:.0f} MiB, --max-size): "
                           f"rows from now on are counted as lost, not written", always=True)
-            rows.append({"ts": ts, "interval_ns": interval, "probe": "capture", "counter": "max_size_rows",
+            rows.append({"ts": ts, "interval_ns": interval, "probe": losses.LOSS_COUNTERS[losses.MAX_SIZE_ROWS].probe,
+                         "counter": losses.MAX_SIZE_ROWS,
                          "lost": dropped - self._dropped_seen})
             self._dropped_seen = dropped
         if rows:

@@ -12,13 +12,15 @@ from .attribution import attributed_rpcs
 from .findings import Context, find, verdict
 from .job import Job, between, iso_utc
 from .kernel_log import fingerprints
+from .losses import loss_line, losses
 from .mountstats import capture_deltas
 from .ranks import rank_table
+from .report_text import rank_ranges
 from .rpcs import by_proc
 from .saves import Save, find_saves, trend
 from .thresholds import Thresholds
 from .transports import transport_table
-from .units import gbps, mbps, pct
+from .units import gbps, mbps, number, pct
 
 UTC_COLUMNS = ("ts_begin", "ts_end", "ts_first_tx")
 
@@ -126,12 +128,41 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
     if window:
         secs = (window[1] - window[0]) / 1e9
         durations = sorted(r["save_s"] for r in result["ranks"] if r["bytes_written"])
-        out.append({"question": "checkpoint write duration", "answer": f"{secs:.1f} s",
-                    "value": (f"ranks {durations[0]:.1f}-{durations[-1]:.1f} s, median "
-                              f"{durations[len(durations) // 2]:.1f} s") if durations else "no writes traced"})
-    out.append({"question": "does it come back in a clean rerun", "answer": None,
-                "value": "one capture cannot tell: record the rerun and analyse it the same way"})
+        like = durations[-1] if durations else None
+        out.append({"question": "checkpoint write duration", "answer": number(secs, "s"),
+                    "value": (f"ranks {number(durations[0], like=like)}-{number(durations[-1], 's')}, median "
+                              f"{number(durations[len(durations) // 2], 's', like=like)}") if durations
+                    else "no writes traced"})
+    rerun = _rerun(result.get("saves") or [])
+    if rerun:
+        out.append(rerun)
     return out
+
+
+def _rerun(saves: list[dict]) -> dict | None:
+    """Whether the stall comes back: each save of a recording after the first is a rerun of the
+    save. None with fewer than two saves (one save cannot tell)."""
+    if len(saves) < 2:
+        return None
+    stalled = [s for s in saves if s["verdict"] not in (None, "healthy")]
+    by_verdict: dict[str, list[int]] = {}
+    for s in saves:
+        by_verdict.setdefault(s["verdict"] or "nothing to assess", []).append(s["number"])
+    return {"question": "does it come back in a clean rerun",
+            "answer": "yes" if len(stalled) == len(saves) else f"in {len(stalled)} of {len(saves)} saves" if stalled
+            else "no",
+            "value": "each save of the recording is a rerun: " + "; ".join(
+                f"{v} in {'save' if len(n) == 1 else 'saves'} {rank_ranges(n)}" for v, n in by_verdict.items())}
+
+
+def separate_note(sep: dict) -> str:
+    """The note on one host's captures that do not overlap in time (Job.separate_recordings)."""
+    names = [" + ".join(r) for r in sep["recordings"]]
+    gaps = ", ".join(number(g, "s") for g in sep["gaps_s"])
+    return (f"{sep['host']}'s captures {', '.join(names[:-1])} and {names[-1]} do not overlap in time "
+            f"({gaps} apart): separate recordings, merged here as one, so the window and figures span "
+            "them all; compare them by analysing each alone: "
+            + "; ".join(f"slotscope analyze {' '.join(r)}" for r in sep["recordings"]))
 
 
 def save_report(save: Save, result: dict) -> dict:
@@ -185,6 +216,14 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         wanted = set(ranks_only)
         ranks = [r for r in ranks if r["rank"] in wanted]
         findings = [f for f in findings if not f.ranks or wanted & set(f.ranks)]
+    separate = job.separate_recordings()
+    notes += [separate_note(s) for s in separate]
+    saves = find_saves(job, th.save_gap_s) if each_save else None
+    spans = ([(f"save {s.number}", s.start_ns, s.end_ns) for s in saves] if saves is not None
+             else [("the save", *window)] if window else [])
+    lost = losses(job, spans, ranks)
+    many_hosts = len({c.meta.get("host") for c in job.captures}) > 1
+    notes += [loss_line(x, many_hosts) for x in lost]
     result = {
         "slotscope_version": version,
         "schema": FORMAT_MAJOR,
@@ -207,11 +246,13 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         "thresholds": th.as_dict(),
         "notes": notes,
         "problems": job.problems(),
+        "losses": lost,
+        "separate_recordings": separate,
     }
-    if each_save:
+    if saves is not None:
         result["saves"] = [save_report(s, analyze(between(job, s.start_ns, s.end_ns), version, th, kernel_log,
                                                   ranks_only, each_save=False))
-                           for s in find_saves(job, th.save_gap_s)]
+                           for s in saves]
         result["save_trend"] = trend(result["saves"])
     result["checklist"] = checklist(result, window)
     result["kernel_check"] = kernel_check(job, rpc)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 
+from .units import plural
+
 DCP_SHARD = re.compile(r"__(\d+)_(\d+)\.distcp$")
 DCP_METADATA = ".metadata"
 # (format, what the report calls it, file name suffixes)
@@ -18,10 +20,6 @@ BY_SUFFIX = (
     ("safetensors", "safetensors checkpoint", (".safetensors",)),
     ("torch", "torch.save checkpoint", (".pt", ".pth", ".ckpt")),
 )
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def describe(files: list[str], directory: str | None) -> dict:
@@ -37,8 +35,8 @@ def describe(files: list[str], directory: str | None) -> dict:
             del left[f]
     if shards:
         per_rank = sorted(set(shards.values()))
-        each = _plural(per_rank[0], "shard") if len(per_rank) == 1 else f"{per_rank[0]}-{per_rank[-1]} shards"
-        text = f"DCP checkpoint{where}: {_plural(len(shards), 'rank')} x {each}"
+        each = plural(per_rank[0], "shard") if len(per_rank) == 1 else f"{per_rank[0]}-{per_rank[-1]} shards"
+        text = f"DCP checkpoint{where}: {plural(len(shards), 'rank')} x {each}"
         metadata = [f for f, n in left.items() if n == DCP_METADATA]
         if metadata:
             text += f" + {DCP_METADATA}" if len(metadata) == 1 else f" + {len(metadata)} {DCP_METADATA}"
@@ -51,14 +49,14 @@ def describe(files: list[str], directory: str | None) -> dict:
     for fmt, label, suffixes in BY_SUFFIX:
         mine = sorted(f for f, n in left.items() if n.endswith(suffixes))
         if mine:
-            parts.append(f"{label}{where}: {_plural(len(mine), 'file')} ({', '.join(left[f] for f in mine[:2])}"
+            parts.append(f"{label}{where}: {plural(len(mine), 'file')} ({', '.join(left[f] for f in mine[:2])}"
                          + (", ..." if len(mine) > 2 else "") + ")")
             formats.append(fmt)
             for f in mine:
                 del left[f]
     if left:
         if parts:
-            parts.append(_plural(len(left), "other file"))
+            parts.append(plural(len(left), "other file"))
         else:
-            parts.append((f"{where.strip()}: " if where else "") + _plural(len(left), "file"))
+            parts.append((f"{where.strip()}: " if where else "") + plural(len(left), "file"))
     return {"formats": formats, "text": "; ".join(parts) if parts else "no files"}

@@ -27,7 +27,7 @@ from .ranks import RANK_KEYS, blocked_calls, rank_key, rank_name, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
-from .units import ms, pct, rate, size
+from .units import ms, pct, plural, rate, size
 
 CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "straggler_rank", "flush_commit_stall",
           "small_sync_writes", "metadata_storm")
@@ -151,7 +151,7 @@ def slot_saturation(ctx: Context) -> list[Finding]:
             "link_mean_tx_bps": link.get("mean_tx_bps"),
         }
         summary = (f"{table} toward {tr['server']} full {pct(frac)} of the save "
-                   f"({tr['peak_in_use']} in use, up to {tr['backlog_peak']} RPCs waiting for a slot); "
+                   f"({tr['peak_in_use']} in use, up to {plural(tr['backlog_peak'] or 0, 'RPC')} waiting for a slot); "
                    f"slot wait is {pct(wait_share)} of WRITE time")
         if ceiling:
             summary += (f". Bandwidth paradox: {size(achieved or 0)}/s is {pct(ev['throughput_vs_ceiling'])} "
@@ -231,7 +231,7 @@ def server_unresponsive(ctx: Context) -> list[Finding]:
         summary = (f"{server} sent no reply for {longest / S:.1f} s while RPCs to it waited" if quiet
                    else f"the kernel logged {server_addr(server)} not responding")
         if timeouts or retrans:
-            summary += f" ({timeouts} timeouts, {retrans} retransmissions)"
+            summary += f" ({plural(timeouts, 'timeout')}, {plural(retrans, 'retransmission')})"
         if lines and lines["not_responding"]:
             summary += f"; kernel: 'server {server_addr(server)} not responding' x{lines['not_responding']}"
         out.append(Finding("server_unresponsive", "critical" if severe else "warning", summary, start, end, ev,
@@ -401,11 +401,11 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
           "ranks_affected": len(hit), "ranks": len(savers),
           "per_rank": [{"rank": g["rank"], "pid": g["solo"], "host": g["host"], "small_sync": g["small_sync_sum"],
                         "writes": g["small_sync_count"], "mean_bytes": round(g["io_count_mean"])}
-                       for g in sorted(hit, key=lambda g: -g["small_sync_sum"])[:20]]}
+                       for g in sorted(hit, key=lambda g: (-g["small_sync_sum"], g["rank"] is None, g["rank"] or 0))[:20]]}
     severity = "warning" if len(hit) >= th.small_sync_rank_share * max(len(savers), 1) else "info"
-    summary = (f"{n_small} of {writes.num_rows} WRITE RPCs are small and synchronous (under "
+    summary = (f"{n_small:,} of {plural(writes.num_rows, 'WRITE RPC')} are small and synchronous (under "
                f"{size(th.small_write_bytes)}, stable; mean {size(mean_size)}) from {len(hit)} of "
-               f"{len(savers)} ranks: each waits a round trip and a server-side sync")
+               f"{plural(len(savers), 'rank')}: each waits a round trip and a server-side sync")
     fix = ("write through the page cache in large chunks (at least the mount's wsize), drop O_SYNC/O_DSYNC and "
            "per-write fsync, and fsync once when the file is complete; the client then sends large UNSTABLE "
            "WRITEs and one COMMIT")
@@ -551,15 +551,15 @@ def hung_tasks(ctx: Context) -> list[Finding]:
         return []
     parts = []
     if ev.get("rpcs_never_completed"):
-        parts.append(f"{ev['rpcs_never_completed']} RPCs never completed (oldest {ev['oldest_rpc_s']:.0f} s)")
+        parts.append(f"{plural(ev['rpcs_never_completed'], 'RPC')} never completed (oldest {ev['oldest_rpc_s']:.0f} s)")
     if blocked:
         still = sum(b["still_blocked"] for b in blocked)
-        parts.append(f"{len(blocked)} syscalls blocked over {th.hung_s:.0f} s "
+        parts.append(f"{plural(len(blocked), 'syscall')} blocked over {th.hung_s:.0f} s "
                      f"({', '.join(sorted({b['syscall'] for b in blocked}))}; longest "
                      f"{max(b['seconds'] for b in blocked):.0f} s"
                      + (f", {still} still blocked when recording stopped)" if still else ")"))
     if ev.get("kernel_hung_in_nfs"):
-        parts.append(f"the kernel reported {ev['kernel_hung_in_nfs']} hung tasks in NFS/RPC code")
+        parts.append(f"the kernel reported {plural(ev['kernel_hung_in_nfs'], 'hung task')} in NFS/RPC code")
     fix = ("processes are stuck in uninterruptible NFS waits: find the RPCs they wait for (server_unresponsive "
            "above, or the server's logs), do not kill -9 them (D state ignores it), and consider the mount's "
            "timeo/retrans; a soft mount trades hangs for I/O errors, which a checkpoint must then handle")

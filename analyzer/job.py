@@ -1,6 +1,7 @@
 """One or many captures (one per node) as one job: tables stacked with their host."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,6 +101,35 @@ class Job:
         off = pc.index_in(host, pa.array(list(offsets)))
         off = pc.take(pa.array(list(offsets.values()), pa.int64()), off)
         return pc.add(pc.cast(mono, pa.int64()), off)
+
+    def separate_recordings(self) -> list[dict]:
+        """The hosts whose captures do not all overlap in time, each with its recordings (captures
+        that overlap chain into one), in time order, and the gaps between them in seconds. Many
+        captures are one job when they are of many nodes at once; two of one host that do not
+        overlap are two recordings (two saves, say), which merged read as one long save."""
+        spans: dict[str, list[tuple[int, float, str]]] = {}
+        for c in self.captures:
+            start = (c.meta.get("start") or {}).get("realtime_ns")
+            if start is None:
+                continue            # when it ran is unknown: nothing to tell
+            stop = (c.meta.get("stop") or {}).get("realtime_ns")
+            lo = max(int(start), getattr(c, "since_utc", None) or int(start))
+            hi = min(math.inf if stop is None else int(stop), getattr(c, "until_utc", None) or math.inf)
+            if lo <= hi:            # a capture the window leaves out is not part of the job
+                spans.setdefault(c.meta.get("host", "?"), []).append((lo, hi, c.path))
+        out = []
+        for host, caps in spans.items():
+            recordings, gaps, end = [], [], -math.inf
+            for lo, hi, path in sorted(caps):
+                if lo > end:
+                    if recordings:
+                        gaps.append(round((lo - end) / 1e9, 3))
+                    recordings.append([])
+                recordings[-1].append(path)
+                end = max(end, hi)
+            if len(recordings) > 1:
+                out.append({"host": host, "recordings": recordings, "gaps_s": gaps})
+        return out
 
     def problems(self) -> list[str]:
         return [f"{c.path}: {p}" for c in self.captures for p in c.problems]

@@ -31,7 +31,7 @@ from .plot_data import (HEATMAP_BINS, MAX_STEP_POINTS, RankCalls, SaveSpan, Step
                         latency_split, link_rates, occupancy, rank_calls, size_histogram, write_sizes)
 from .ranks import rank_name
 from .rpcs import REST, SPLIT
-from .units import clock, ms, round_rate
+from .units import clock, ms, plural, round_rate
 
 # Layout of the time plots, in inches: every one has the same width and margins, so their
 # axes line up when the SVGs are stacked at their natural size.
@@ -44,12 +44,28 @@ PIXEL = 1 / 1500                # of the time axis: what is shorter is drawn thi
 SAVE_LABEL_ROOM = 0.07          # of the time axis: a "save N" label closer to the previous one is left out
 SAVE_LABEL_IN = 0.2             # the strip above the rank rows that the "save N" labels take
 
-# Colours: syscalls by what they do, one colour per group (a call in two groups, as the open
-# calls that are metadata too, takes the first group's); the occupancy/link series.
-GROUP_COLOURS = ((WRITE_SYSCALLS, "#1f77b4"), (FLUSH_SYSCALLS, "#d62728"), (OPEN_SYSCALLS, "#2ca02c"),
-                 (METADATA_SYSCALLS, "#9467bd"))
-SYSCALL_COLOURS = {name: colour for group, colour in reversed(GROUP_COLOURS) for name in group}
-EXTRA_COLOURS = ("#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d")
+# Colours: syscalls by what they do, a family of colours per group, one of them per call in
+# the group's order (a call in two groups, as the open calls that are metadata too, takes the
+# first group's): write blue and writev cyan, close red and fsync orange, openat green, the
+# metadata calls purple, olive, grey and brown; the occupancy/link series.
+GROUP_COLOURS = (
+    (WRITE_SYSCALLS, ("#1f77b4", "#0b3d66", "#17becf", "#9ecae1", "#393b79")),
+    (FLUSH_SYSCALLS, ("#d62728", "#ff7f0e", "#8c564b", "#e377c2")),
+    (OPEN_SYSCALLS, ("#2ca02c", "#98df8a", "#637939")),
+    (METADATA_SYSCALLS, ("#9467bd", "#c5b0d5", "#bcbd22", "#dbdb8d", "#e7cb94", "#7f7f7f", "#c7c7c7",
+                         "#8c6d31", "#bd9e39")),
+)
+
+
+def _syscall_colours() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for group, shades in GROUP_COLOURS:
+        out.update(zip([name for name in group if name not in out], shades))
+    return out
+
+
+SYSCALL_COLOURS = _syscall_colours()
+EXTRA_COLOURS = ("#f7b6d2", "#c49c94", "#ffbb78", "#ad494a", "#5254a3", "#e7ba52", "#843c39", "#d6616b")
 C_IN_USE, C_WAITING, C_LIMIT, C_SESSION = "#1f77b4", "#ff7f0e", "#d62728", "#9467bd"
 C_TX, C_RX, C_CAPACITY, C_WINDOW = "#1f77b4", "#2ca02c", "#d62728", "#555555"
 C_SAVE, C_SAVE_LABEL = "#8a6d3b", "#5c4620"      # a neutral shade, apart from the series' colours
@@ -415,7 +431,7 @@ def _latency_plot(result: dict) -> Plot:
         left += v
     for yi, (_name, count, means) in zip(y, procs):
         ax.text(max(means["execute_ns"] / 1e6, left[yi]) + left.max() * 0.01, yi,
-                f"{ms(means['execute_ns'])} ms  ({count:,} RPCs)", va="center", fontsize=8)
+                f"{ms(means['execute_ns'])} ms  ({plural(count, 'RPC')})", va="center", fontsize=8)
     ax.set_yticks(y)
     ax.set_yticklabels([_mpl(name) for name, _, _ in procs])
     ax.set_ylim(n - 0.5, -0.6)

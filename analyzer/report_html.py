@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 from slotscope.capture.safepath import create_file
 
 from .job import Job, utc_ns
-from .report_text import _value, headline, rank_ranges, slowest_rank
+from .losses import loss_when
+from . import evidence
+from .report_text import finding_when, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
-from .units import clock, ms, pct, rate, round_rate, seconds, size
+from .units import clock, ms, pct, plural, rate, round_rate, seconds, size
 
 if TYPE_CHECKING:
     from .plots import Plot
@@ -70,48 +72,39 @@ def _table(head: list[str], rows: list[list], numeric: set[int] = frozenset(), c
 
 
 def _nested(key: str, value) -> str:
-    """An evidence value that is a dict or a list: a small table in a <details>."""
-    if isinstance(value, dict):
-        body = _table(["", "value"], [[k, _value(v)] for k, v in value.items()])
-        count = f"{len(value)} entries"
-    elif value and all(isinstance(v, dict) for v in value):
-        cols = list(dict.fromkeys(k for v in value for k in v))
-        rows = [[_value(v.get(c)) if v.get(c) is not None else "-" for c in cols] for v in value[:MAX_NESTED_ROWS]]
-        body = _table(cols, rows)
-        if len(value) > MAX_NESTED_ROWS:
-            body += f"<p class=\"note\">... {len(value) - MAX_NESTED_ROWS} more (see --json)</p>"
-        count = f"{len(value)} rows"
-    else:
-        body = f"<p class=\"mono\">{_e(_value(value, items=MAX_NESTED_ROWS))}</p>"
-        count = f"{len(value)} items"
-    inline = ""
-    if isinstance(value, dict) and len(value) <= 4:
-        inline = ": " + _e(", ".join(f"{k} {_value(v)}" for k, v in value.items()))
-    return (f"<details><summary><span class=\"mono\">{_e(key)}</span>{inline} "
-            f"<span class=\"when\">({count})</span></summary>{body}</details>")
+    """An evidence value that is a record, a list of records or a tally: a small table in a
+    <details>, its summary the value in one line when it is short."""
+    head, rows = evidence.table(value)
+    numeric = {i for i in range(len(head)) if all(r[i][:1].isdigit() or r[i] == "-" for r in rows)}
+    body = _table(head, rows[:MAX_NESTED_ROWS], numeric=numeric)
+    if len(rows) > MAX_NESTED_ROWS:
+        body += f"<p class=\"note\">... {len(rows) - MAX_NESTED_ROWS} more (see --json)</p>"
+    count = plural(len(rows), "row") if isinstance(value, list) else plural(len(rows), "entry", "entries")
+    inline = evidence.value(key, value) if isinstance(value, dict) and len(value) <= 4 else ""
+    return (f'<details><summary title="{_e(key)}">{_e(evidence.label(key))}{": " + _e(inline) if inline else ""} '
+            f'<span class="when">({count})</span></summary>{body}</details>')
 
 
 def _finding(f: dict) -> str:
     sev = f["severity"] if f["severity"] in SEVERITY_ORDER else "info"
-    scalars = [(k, v) for k, v in f["evidence"].items() if not isinstance(v, (dict, list))]
-    nested = [(k, v) for k, v in f["evidence"].items() if isinstance(v, (dict, list)) and v]
-    # the evidence table in up to three columns of key/value pairs
+    scalars = evidence.scalars(f["evidence"])
+    nested = evidence.nested(f["evidence"])
+    # the evidence table in up to three columns of label/value pairs; the JSON key in the title
     cols = 3 if len(scalars) > 8 else (2 if len(scalars) > 3 else 1)
     per = math.ceil(len(scalars) / cols) if scalars else 0
-    grid = "".join(_table(["evidence", "value"], [[k, "-" if v is None else _value(v)]
-                                                   for k, v in scalars[i * per:(i + 1) * per]],
-                          numeric={1}, cls="evidence") for i in range(cols) if scalars[i * per:(i + 1) * per])
+    grid = "".join(_evidence_table(scalars[i * per:(i + 1) * per]) for i in range(cols) if scalars[i * per:(i + 1) * per])
     who = []
     if f["ranks"]:
-        who.append(f"<b>ranks</b> {_e(rank_ranges(f['ranks']))}")
+        who.append(f"<b>{'rank' if len(f['ranks']) == 1 else 'ranks'}</b> {_e(rank_ranges(f['ranks']))}")
     if f["syscalls"]:
         who.append(f"<b>syscalls</b> {_e(', '.join(f['syscalls']))}")
     if f["servers"]:
-        who.append(f"<b>servers</b> {_e(', '.join(f['servers']))}")
+        who.append(f"<b>{'server' if len(f['servers']) == 1 else 'servers'}</b> {_e(', '.join(f['servers']))}")
+    when = finding_when(f)
     return "".join([
         f'<article class="finding sev-{sev}" data-kind="{_e(f["kind"])}" data-severity="{_e(sev)}">',
         f'<header><span class="badge">{_e(sev)}</span><span class="kind">{_e(f["kind"])}</span>',
-        f'<span class="when">{_e(clock(utc_ns(f["start"])))} .. {_e(clock(utc_ns(f["end"])))} UTC</span></header>',
+        f'<span class="when">{_e(when)}</span>' if when else "", "</header>",
         f'<p class="summary">{_e(f["summary"])}</p>',
         f'<div class="evidence-grid">{grid}</div>' if grid else "",
         "".join(_nested(k, v) for k, v in nested),
@@ -119,6 +112,14 @@ def _finding(f: dict) -> str:
         f'<p class="fix"><b>fix:</b> {_e(f["fix"])}</p>',
         "</article>",
     ])
+
+
+def _evidence_table(pairs: list[tuple[str, str, str]]) -> str:
+    """(key, label, value) rows: the label read, the JSON key in its title."""
+    rows = "".join(f'<tr><td title="{_e(k)}">{_e(name)}</td><td class="n">{_e(text)}</td></tr>'
+                   for k, name, text in pairs)
+    return ('<table class="evidence"><thead><tr><th>evidence</th><th class="n">value</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
 
 
 def _saves(result: dict) -> str:
@@ -280,15 +281,18 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
     rows = [[c["path"], c["host"], c["kernel"], c["start"] or "?", c["end"] or "still recording",
              f"{c['lost_events']:,}"] for c in result["captures"]]
     out.append(_table(["capture", "host", "kernel", "start", "end", "events lost"], rows, numeric={5}))
-    lost = sum(c["lost_events"] for c in result["captures"])
-    if lost:
-        out.append(f'<p class="note">{lost:,} events were lost: counts and times above are lower bounds</p>')
+    if result.get("losses"):
+        rows = [[x["host"], x["probe"], x["counter"], x["what"], f"{x['lost']:,}",
+                 loss_when(x), x["effect"]]
+                for x in result["losses"]]
+        out.append(_table(["host", "probe", "counter", "what was lost", "events", "when", "what it can affect"],
+                          rows, numeric={4}, cls="losses"))
     for p in result["problems"]:
         out.append(f'<p class="note">problem: {_e(p)}</p>')
     out.append("</section>")
     if result.get("thresholds"):
         out.append("<details><summary>thresholds used</summary>"
-                   + _table(["threshold", "value"], [[k, _value(v)] for k, v in result["thresholds"].items()])
+                   + _table(["threshold", "value"], [[k, f"{v:g}"] for k, v in result["thresholds"].items()])
                    + "</details>")
     out.append(f"<footer>slotscope {_e(result.get('slotscope_version'))}, capture format "
                f"{_e(result.get('schema'))}. Times are UTC.</footer>")

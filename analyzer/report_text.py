@@ -3,13 +3,13 @@ verdict first, then findings with their evidence and fix, the checklist, per-ran
 per-transport tables, the latency split per procedure, and what was lost."""
 from __future__ import annotations
 
-import json
 import textwrap
 
+from . import evidence
 from .job import utc_ns
 from .ranks import rank_name
 from .rpcs import COLUMN_LEGEND, SPLIT, split
-from .units import clock, ms, pct, pids, rate, round_rate, seconds, size
+from .units import clock, duration, ms, number, pct, pids, plural, rate, round_rate, seconds, size
 
 WIDTH = 100
 MAX_RANK_ROWS = 40
@@ -18,16 +18,6 @@ MAX_RANK_ROWS = 40
 def _wrap(text: str, indent: str) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
                          break_on_hyphens=False) or [indent]
-
-
-def _value(v, items: int = 4) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-    if isinstance(v, list) and len(v) > items:
-        return json.dumps(v[:items], separators=(", ", ": "))[:-1] + f", ... {len(v) - items} more]"
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, separators=(", ", ": "))
-    return str(v)
 
 
 def rank_ranges(ranks: list[int]) -> str:
@@ -45,22 +35,38 @@ def rank_ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
+def _wrap_pairs(text: str, indent: str) -> list[str]:
+    """_wrap() of a list of 'label value' items separated by ', ', breaking between items only
+    (a value is not parted from its label, nor a number from its unit)."""
+    glued = ", ".join(item.replace(" ", "\0") for item in text.split(", "))
+    return [line.replace("\0", " ") for line in _wrap(glued, indent)]
+
+
+def finding_when(f: dict) -> str:
+    """A finding's time as far as it is known: '18:03:40.254 .. 18:04:03.874 UTC'; a plain
+    dmesg's lines know the kernel's uptime only; '' when nothing is known."""
+    start, end = utc_ns(f["start"]), utc_ns(f["end"])
+    if start is not None and end is not None:
+        return f"{clock(start)} .. {clock(end)} UTC" if start != end else f"at {clock(start)} UTC"
+    if start is not None or end is not None:
+        return f"at {clock(start if start is not None else end)} UTC"
+    uptime = f["evidence"].get("kernel_uptime_s")
+    return f"{evidence.label('kernel_uptime_s')} {evidence.value('kernel_uptime_s', uptime)}" if uptime else ""
+
+
 def finding_lines(f: dict) -> list[str]:
-    out = [f"[{f['severity']}] {f['kind']}  {clock(utc_ns(f['start']))} .. {clock(utc_ns(f['end']))} UTC"]
+    when = finding_when(f)
+    out = [f"[{f['severity']}] {f['kind']}" + (f"  {when}" if when else "")]
     out += _wrap(f["summary"], "  ")
-    ev = ", ".join(f"{k} {_value(v)}" for k, v in f["evidence"].items()
-                   if v is not None and not isinstance(v, (dict, list)))
-    out += _wrap("evidence: " + ev, "  ")
-    for k, v in f["evidence"].items():
-        if isinstance(v, (dict, list)) and v:
-            out += _wrap(f"{k}: {_value(v)}", "    ")
+    for line in evidence.lines(f["evidence"]):
+        out += _wrap_pairs(line.lstrip(), "    " if line.startswith(" ") else "  ")
     who = []
     if f["ranks"]:
-        who.append(f"ranks {rank_ranges(f['ranks'])}")
+        who.append(f"{'rank' if len(f['ranks']) == 1 else 'ranks'} {rank_ranges(f['ranks'])}")
     if f["syscalls"]:
         who.append("syscalls " + ", ".join(f["syscalls"]))
     if f["servers"]:
-        who.append("servers " + ", ".join(f["servers"]))
+        who.append(("server " if len(f["servers"]) == 1 else "servers ") + ", ".join(f["servers"]))
     if who:
         out += _wrap("; ".join(who), "  ")
     out += _wrap("fix: " + f["fix"], "  ")
@@ -136,7 +142,7 @@ def _counts(items) -> list[tuple]:
 def slowest_rank(save: dict) -> str | None:
     """A save's slowest writer and its time: 'rank 2 (4.51 s)'."""
     slow = save["slowest_rank"]
-    return slow and f"{rank_name(slow)} ({seconds(1e9 * slow['seconds'], unit=True)})"
+    return slow and f"{rank_name(slow)} ({duration(1e9 * slow['seconds'])})"
 
 
 def headline(result: dict) -> str | None:
@@ -145,8 +151,8 @@ def headline(result: dict) -> str | None:
         return None
     w, saves = result["window"], result.get("saves") or []
     what = f"{len(saves)} saves" if len(saves) > 1 else "save window"
-    return (f"{what} {w['start']} .. {clock(utc_ns(w['end']))} UTC ({w['seconds']:.2f} s), "
-            f"{sum(1 for r in result['ranks'] if r['rank'] is not None)} ranks"
+    return (f"{what} {w['start']} .. {clock(utc_ns(w['end']))} UTC ({number(w['seconds'], 's')}), "
+            + plural(sum(1 for r in result['ranks'] if r['rank'] is not None), "rank")
             + (", verdicts " + ", ".join(f"{v} x{n}" for v, n in _counts(s["verdict"] for s in saves))
                if len(saves) > 1 else ""))
 
@@ -155,11 +161,11 @@ def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
     """The recording's saves, one line each, and how they compare."""
     out = []
     for s in saves:
-        out += _wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({s['duration_s']:.2f} s): "
+        out += _wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({number(s['duration_s'], 's')}): "
                      f"{s['what']}, {size(s['bytes'])}"
-                     + (f"; {s['renamed']} of its {s['files']} files written under a temporary name and renamed"
+                     + (f"; {s['renamed']} of its {plural(s['files'], 'file')} written under a temporary name and renamed"
                         if s["renamed"] else "")
-                     + f"; first write {seconds(s['before_first_write_ns'], unit=True)} after the first file event"
+                     + f"; first write {duration(s['before_first_write_ns'])} after the first file event"
                      + (" (DCP plans the save with collectives before writing)" if "dcp" in s["formats"] else "")
                      + (f"; slowest {slowest_rank(s)}" if s["slowest_rank"] else "")
                      + f"; verdict {s['verdict'] or '-'}", "  ")
@@ -204,7 +210,7 @@ def render_text(result: dict) -> str:
     for cap in result["captures"]:
         out += _wrap(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
                      f"{cap['start'] or '?'} .. {cap['end'] or 'still recording'}, "
-                     f"{cap['lost_events']} events lost"
+                     f"{plural(cap['lost_events'], 'event')} lost"
                      + ("" if cap.get("verified", True) else ", segments not verified (written before checksums)"), "")
     out += [f"problem: {p}" for p in result["problems"]]     # unwrapped: they name paths
     return "\n".join(out)

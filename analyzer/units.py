@@ -2,8 +2,41 @@
 durations and times of day; each quantity formatted here only."""
 from __future__ import annotations
 
+import math
+
 RATE_UNITS = (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3))
 DAY_NS = 86_400_000_000_000
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """A count and its noun, singular for one: '1 rank', '8 ranks', '1,024 WRITE RPCs'; `many`
+    when the plural is not noun + 's'."""
+    return f"{n:,} {noun if n == 1 else many or noun + 's'}"
+
+
+def decimals(largest: float | None, significant: int = 3, most: int = 4) -> int:
+    """The decimals that show `largest` (the largest of values shown together) to `significant`
+    digits: 23.6, 0.183, 1,234."""
+    if not largest or not math.isfinite(largest):
+        return 0
+    return min(most, max(0, significant - 1 - math.floor(math.log10(abs(largest)))))
+
+
+def number(v: float | None, unit: str = "", like: float | None = None) -> str:
+    """A measured value with the precision its size needs (decimals() of `like`, else of v) and
+    its unit: '23.6 s', '0.183 s', '126 ms', '5.55'; '-' when unknown."""
+    if v is None:
+        return "-"
+    if isinstance(v, int) and like is None:
+        return f"{v:,}" + (f" {unit}" if unit else "")
+    return f"{v:,.{decimals(v if like is None else like)}f}" + (f" {unit}" if unit else "")
+
+
+def duration(ns: float | None) -> str:
+    """A duration on its own, with the precision its size needs: '23.3 s', '0.183 s', '20.0 ms'."""
+    if ns is None:
+        return "-"
+    return number(ns / 1e9, "s") if abs(ns) >= 100_000_000 or not ns else number(ns / 1e6, "ms")
 
 
 def size(n: float | None) -> str:
@@ -15,6 +48,11 @@ def size(n: float | None) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return ""
+
+
+def byte_rate(bps: float | None) -> str:
+    """Bytes per second in binary units: '183.8 KiB/s'; '-' when unknown."""
+    return "-" if bps is None else size(bps) + "/s"
 
 
 def _in_rate_unit(bps: float) -> tuple[float, str]:

@@ -116,13 +116,16 @@ def _analyze(args) -> int:
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
+    written = f"HTML report written to {os.path.abspath(args.html)}" if args.html else None
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
+        if written:         # on stderr: stdout stays one JSON document
+            print(f"slotscope: {written}", file=sys.stderr)
     else:
         print(render_text(result))
-        if args.html:
-            print(f"\nreport written to {args.html}")
+        if written:
+            print(f"\n{written}")
     return 0
 
 
@@ -193,9 +196,14 @@ def _dump(args) -> int:
     if args.format == "csv":
         flat = table.select([f.name for f in table.schema if not _nested(f.type)])
         pacsv.write_csv(flat, sys.stdout.buffer)
-    else:
+    elif args.format == "jsonl":
         for row in table.to_pylist():
             sys.stdout.write(json.dumps(row, default=str) + "\n")
+    else:       # one JSON document: an array of the rows, written row by row
+        sys.stdout.write("[")
+        for n, row in enumerate(table.to_pylist()):
+            sys.stdout.write((",\n" if n else "\n") + json.dumps(row, default=str))
+        sys.stdout.write("\n]\n")
     return 0
 
 
@@ -326,7 +334,9 @@ def parser() -> argparse.ArgumentParser:
     du.add_argument("capture")
     du.add_argument("--table", "-t", required=True, metavar="TABLE",
                     help="the table to print: " + ", ".join(sorted(TABLES)))
-    du.add_argument("-O", "--format", choices=("csv", "json"), default="csv")
+    du.add_argument("-O", "--format", choices=("csv", "json", "jsonl"), default="csv",
+                    help="csv (nested columns left out), json (one document: an array of the rows) or "
+                         "jsonl (JSON Lines: one row per line); default csv")
     du.set_defaults(func=_dump)
 
     ex = sub.add_parser("export", help="write captures as a Parquet dataset for DuckDB, Spark or Trino",

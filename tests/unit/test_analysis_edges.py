@@ -120,7 +120,7 @@ def test_lost_events_are_reported_per_capture(tmp_path):
         ("node-a", 7), ("node-b", 0), ("node-c", 1001)]
     flat = " ".join(render_text(result).split())              # capture lines wrap
     for path, n in ((a["path"], 7), (b["path"], 0), (c["path"], 1001)):
-        assert f"{n} events lost" in flat[flat.index(f"capture {path}:"):].split(" capture ")[0]
+        assert f"{n:,} events lost" in flat[flat.index(f"capture {path}:"):].split(" capture ")[0]
     res = run_slotscope("analyze", "--json", a["path"])
     assert json.loads(res.stdout)["captures"][0]["lost_events"] == 7
 

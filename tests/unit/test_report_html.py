@@ -164,9 +164,16 @@ def test_sample_report_verdict_first_and_every_section(sample_report):
     assert "verdict: slot_saturation (critical)" in body
     kinds = {a["data-kind"] for a in page.find("article")}
     assert kinds == {f["kind"] for f in result["findings"]} and {"slot_saturation", "small_sync_writes"} <= kinds
+    from slotscope.analyzer import evidence
+    titles = {a.get("title") for _, a in page.tags}
+    findings_text = " ".join(page.section_text["findings"])
     for f in result["findings"]:
-        for key in f["evidence"]:
-            assert key in body, key
+        for key, value in f["evidence"].items():
+            if value is None or value == [] or value == {}:
+                continue
+            # a label a person reads, its JSON key in the title; no raw key in the text (issue 19 point 12)
+            assert evidence.label(key) in findings_text and key in titles, key
+            assert "_" not in key or not re.search(rf"\b{key}\b", findings_text), key
         assert f["fix"] in body
     for c in result["checklist"]:
         assert c["question"] in body

@@ -37,7 +37,7 @@ def test_per_procedure_totals_match_mountstats(mixed):
     so do the bytes the WRITEs carried (mountstats' server write bytes)."""
     assert {"WRITE", "COMMIT"} <= match_mountstats(mixed)
     io = json.loads(subprocess.run([sys.executable, "-m", "slotscope.cli", "dump", str(mixed / "capture"),
-                                    "-t", "nfs_io", "-O", "json"], capture_output=True, text=True,
+                                    "-t", "nfs_io", "-O", "jsonl"], capture_output=True, text=True,
                                    check=True).stdout.splitlines()[0])
     assert io["kind"] in ("write_start", "write_done", "commit_start", "commit_done")
 
