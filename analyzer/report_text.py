@@ -15,8 +15,10 @@ WIDTH = 100
 MAX_RANK_ROWS = 40
 
 
-def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+def _wrap(text: str, indent: str, width: int | None = WIDTH) -> list[str]:
+    if width is None:
+        return [indent + text]
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
                          break_on_hyphens=False) or [indent]
 
 
@@ -45,15 +47,17 @@ def rank_ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-def finding_lines(f: dict) -> list[str]:
+def finding_lines(f: dict, width: int | None = WIDTH) -> list[str]:
+    """A finding's lines, wrapped to `width`; None: one line an item, indented, for a caller
+    that wraps to a width of its own (the TUI's, where a line wrapped at 100 is cut in two again)."""
     out = [f"[{f['severity']}] {f['kind']}  {clock(utc_ns(f['start']))} .. {clock(utc_ns(f['end']))} UTC"]
-    out += _wrap(f["summary"], "  ")
+    out += _wrap(f["summary"], "  ", width)
     ev = ", ".join(f"{k} {_value(v)}" for k, v in f["evidence"].items()
                    if v is not None and not isinstance(v, (dict, list)))
-    out += _wrap("evidence: " + ev, "  ")
+    out += _wrap("evidence: " + ev, "  ", width)
     for k, v in f["evidence"].items():
         if isinstance(v, (dict, list)) and v:
-            out += _wrap(f"{k}: {_value(v)}", "    ")
+            out += _wrap(f"{k}: {_value(v)}", "    ", width)
     who = []
     if f["ranks"]:
         who.append(f"ranks {rank_ranges(f['ranks'])}")
@@ -62,8 +66,8 @@ def finding_lines(f: dict) -> list[str]:
     if f["servers"]:
         who.append("servers " + ", ".join(f["servers"]))
     if who:
-        out += _wrap("; ".join(who), "  ")
-    out += _wrap("fix: " + f["fix"], "  ")
+        out += _wrap("; ".join(who), "  ", width)
+    out += _wrap("fix: " + f["fix"], "  ", width)
     return out
 
 
