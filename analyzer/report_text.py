@@ -15,8 +15,10 @@ WIDTH = 100
 MAX_RANK_ROWS = 40
 
 
-def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+def _wrap(text: str, indent: str, width: int | None = WIDTH) -> list[str]:
+    if width is None:
+        return [indent + text]
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
                          break_on_hyphens=False) or [indent]
 
 
@@ -35,11 +37,11 @@ def rank_ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-def _wrap_pairs(text: str, indent: str) -> list[str]:
+def _wrap_pairs(text: str, indent: str, width: int | None = WIDTH) -> list[str]:
     """_wrap() of a list of 'label value' items separated by ', ', breaking between items only
     (a value is not parted from its label, nor a number from its unit)."""
     glued = ", ".join(item.replace(" ", "\0") for item in text.split(", "))
-    return [line.replace("\0", " ") for line in _wrap(glued, indent)]
+    return [line.replace("\0", " ") for line in _wrap(glued, indent, width)]
 
 
 def finding_when(f: dict) -> str:
@@ -54,12 +56,14 @@ def finding_when(f: dict) -> str:
     return f"{evidence.label('kernel_uptime_s')} {evidence.value('kernel_uptime_s', uptime)}" if uptime else ""
 
 
-def finding_lines(f: dict) -> list[str]:
+def finding_lines(f: dict, width: int | None = WIDTH) -> list[str]:
+    """A finding's lines, wrapped to `width`; None: one line an item, indented, for a caller
+    that wraps to a width of its own (the TUI's, where a line wrapped at 100 is cut in two again)."""
     when = finding_when(f)
     out = [f"[{f['severity']}] {f['kind']}" + (f"  {when}" if when else "")]
-    out += _wrap(f["summary"], "  ")
+    out += _wrap(f["summary"], "  ", width)
     for line in evidence.lines(f["evidence"]):
-        out += _wrap_pairs(line.lstrip(), "    " if line.startswith(" ") else "  ")
+        out += _wrap_pairs(line.lstrip(), "    " if line.startswith(" ") else "  ", width)
     who = []
     if f["ranks"]:
         who.append(f"{'rank' if len(f['ranks']) == 1 else 'ranks'} {rank_ranges(f['ranks'])}")
@@ -68,8 +72,8 @@ def finding_lines(f: dict) -> list[str]:
     if f["servers"]:
         who.append(("server " if len(f["servers"]) == 1 else "servers ") + ", ".join(f["servers"]))
     if who:
-        out += _wrap("; ".join(who), "  ")
-    out += _wrap("fix: " + f["fix"], "  ")
+        out += _wrap("; ".join(who), "  ", width)
+    out += _wrap("fix: " + f["fix"], "  ", width)
     return out
 
 

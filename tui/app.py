@@ -16,23 +16,27 @@ from __future__ import annotations
 import gc
 import time
 
+from rich.markup import escape
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
 from slotscope.analyzer.job import Job
 from slotscope.analyzer.view import Overview, RankRow, next_save
 
-from .panels import (RANK_COLUMNS, FindingsScreen, HelpScreen, RankScreen, banner_text, findings_text,
-                     matches, nfs_text, no_jump_text, rpc_text, save_text, series_bins)
+from .panels import (MAX_PROCS, RANK_COLUMNS, SHORT_SCREEN, FindingsScreen, HelpScreen, RankScreen, RpcPanel,
+                     banner_text, findings_text, findings_title, matches, nfs_text, no_jump_text, save_text,
+                     series_bins, sort_title)
+from .flow import Flow, Para
 from .ranktable import RankTable
 from .worker import AnalysisError, ProcessAnalyst, ThreadAnalyst
 
 MIN_STEP_NS = 100_000_000
 STEPS = 40                  # a scrub step is 1/40 of the capture
+RANK_LINES = 6              # the rank table keeps its border, header and 4 rows on any screen
 
 
 def _version() -> str:
@@ -56,27 +60,41 @@ class LoadFailed(Message):
         self.error = error
 
 
+class Lower(Vertical):
+    """The rank table above the findings, shared anew when its height changes (the terminal's,
+    the filter box's)."""
+
+    def on_resize(self) -> None:
+        self.app.share_lower()
+
+
 class TopApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "slotscope top"
     ENABLE_COMMAND_PALETTE = False
 
+    SCRUB = Binding.Group("scrub", compact=True)
+    SAVES = Binding.Group("saves", compact=True)
+    # The footer is compact, the scrub and the save keys one entry each: at 80 columns it holds
+    # every key it shows; the help (?) lists them all.
     BINDINGS = [
+        Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-        Binding("p", "pause", "pause"),
-        Binding("space", "play", "play", priority=True, show=False),     # the footer has p, the same
-        Binding("left", "scrub(-1)", "back", priority=True),
-        Binding("right", "scrub(1)", "forward", priority=True),
-        Binding("left_square_bracket", "save(-1)", "prev save", priority=True),
-        Binding("right_square_bracket", "save(1)", "next save", priority=True),
+        Binding("left", "scrub(-1)", "back", priority=True, group=SCRUB),
+        Binding("right", "scrub(1)", "forward", priority=True, group=SCRUB),
+        Binding("left_square_bracket", "save(-1)", "prev save", priority=True, group=SAVES),
+        Binding("right_square_bracket", "save(1)", "next save", priority=True, group=SAVES),
         Binding("home", "jump(0)", "start", priority=True, show=False),
         Binding("end", "jump(1)", "end", priority=True, show=False),
+        Binding("p", "pause", "pause"),
+        Binding("space", "play", "play", priority=True, show=False),     # the footer has p, the same
         Binding("slash", "filter", "filter"),
-        Binding("s", "sort", "sort"),
+        Binding("s", "sort(1)", "sort"),
+        Binding("S", "sort(-1)", "sort back", show=False),
+        Binding("r", "reverse", "reverse", show=False),
         Binding("f", "findings", "findings"),
         Binding("escape", "escape", "clear filter", show=False),
-        Binding("question_mark", "help", "help"),
     ]
 
     def __init__(self, job: Job, poll_seconds: float = 1.0, play_seconds: float = 0.5, clock=time.time,
@@ -92,6 +110,7 @@ class TopApp(App):
         self.cursor: int | None = None          # ns since capture start; None: the end (follow)
         self.playing = False
         self.sort_index = 0
+        self.sort_reversed = False              # r: the other way than the column's own
         self.filter_text = ""
         self.error: str | None = None
         self.detail_for: tuple[str, list[int]] | None = None     # the drilled-down rank: (host, pids)
@@ -114,13 +133,15 @@ class TopApp(App):
         yield Static(id="save")
         yield Static(id="nfs")
         yield Static(id="rpc")
-        yield RankTable(RANK_COLUMNS, id="ranks")
-        with VerticalScroll(id="findings-box"):
-            yield Static(id="findings")
+        with Lower(id="lower"):
+            yield RankTable(RANK_COLUMNS, id="ranks")
+            with VerticalScroll(id="findings-box"):
+                yield Static(id="findings")
         yield Input(placeholder="filter ranks: rank, host, comm or pid (enter: keep, escape: clear)", id="filter")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        self._title("rpc", "RPC latency per procedure, ms per RPC")
         self.query_one("#filter", Input).display = False
         self.query_one("#ranks", RankTable).focus()
         self.bins = series_bins(self.size.width - 2)
@@ -133,6 +154,7 @@ class TopApp(App):
         if bins != self.bins:
             self.bins = bins
             self.request()
+        self.render_all()          # the RPC panel's rows follow the height
 
     def request(self, refresh: bool = False) -> None:
         """Ask for a fresh overview with the current cursor, width and drill-down. One load
@@ -212,29 +234,39 @@ class TopApp(App):
             self._texts[widget_id] = text
             self.query_one(f"#{widget_id}", Static).update(text)
 
+    def _title(self, widget_id: str, title: str) -> None:
+        """A panel's title, in its top border, when it changed."""
+        if self._texts.get((widget_id, "title")) != title:
+            self._texts[(widget_id, "title")] = title
+            self.query_one(f"#{widget_id}").border_title = f" {title} "
+
+    @property
+    def descending(self) -> bool:
+        return RANK_COLUMNS[self.sort_index].reverse != self.sort_reversed
+
     def visible_ranks(self) -> list[RankRow]:
         if self.result is None:
             return []
         col = RANK_COLUMNS[self.sort_index]
         rows = [r for r in self.result.ranks if matches(r, self.filter_text)]
-        return sorted(rows, key=col.sort, reverse=col.reverse)
+        return sorted(rows, key=col.sort, reverse=self.descending)
 
     def render_all(self) -> None:
         started = time.perf_counter()
         if self.result is None:
             self._set("banner", f"[red]{self.error}[/]" if self.error else "reading the capture...")
             return
-        text = banner_text(self.result, following=self.cursor is None, playing=self.playing,
-                           filter_text=self.filter_text, sort_title=RANK_COLUMNS[self.sort_index].title,
-                           now=self.clock())
+        text = banner_text(self.result, following=self.cursor is None, playing=self.playing, now=self.clock())
         if self.error:
-            text += f"\n[red]cannot read: {self.error}[/]"
+            text = Flow((*text.paras, Para.of(f"[red]cannot read: {escape(self.error)}[/]")))
         self._set("banner", text)
         self._set("save", save_text(self.result))
         self._set("nfs", nfs_text(self.result))
-        self._set("rpc", rpc_text(self.result.analysis["rpc"]["by_proc"]) if self.result.has_rpc else "")
+        procs = MAX_PROCS if self.size.height >= SHORT_SCREEN else 3
+        self._set("rpc", RpcPanel(self.result.analysis["rpc"]["by_proc"], procs) if self.result.has_rpc else "")
         self.query_one("#rpc").display = self.result.has_rpc
         self._set("findings", findings_text(self.result.analysis))
+        self._title("findings-box", findings_title(self.result.analysis))
         self.render_ranks()
         screen = self.screen
         if isinstance(screen, RankScreen):
@@ -247,12 +279,29 @@ class TopApp(App):
         self.frame_seconds.append(time.perf_counter() - started)
 
     def render_ranks(self) -> None:
-        state = (id(self.result), self.sort_index, self.filter_text)
+        state = (id(self.result), self.sort_index, self.sort_reversed, self.filter_text)
         if state == self._rows_state:
             return
         self._rows_state = state
         empty = "no rank matches" if self.filter_text else "no traced syscalls (yet)"
-        self.query_one("#ranks", RankTable).set_rows(self.visible_ranks(), self.sort_index, empty)
+        table = self.query_one("#ranks", RankTable)
+        table.set_rows(self.visible_ranks(), self.sort_index, self.descending, empty)
+        self._title("ranks", " · ".join(
+            [f"ranks ({table.row_count})", sort_title(self.sort_index, self.descending)]
+            + ([f"filter: {escape(repr(self.filter_text))}"] if self.filter_text else []) + ["s S r: sort"]))
+        self.call_after_refresh(self.share_lower)
+
+    def share_lower(self) -> None:
+        """Below the fixed panels, the findings get at least 40% of the lines and whatever the
+        ranks do not need; the ranks the rest, at least their border, header and 4 rows (or as
+        many as there are)."""
+        lower = self.query_one("#lower").size.height
+        ranks = self.query_one("#ranks", RankTable)
+        need = max(ranks.row_count, 1) + 2
+        share = (max(lower - need, lower * 2 // 5, 1), min(need, RANK_LINES))
+        if self._texts.get("lower") != share:
+            self._texts["lower"] = share
+            self.query_one("#findings-box").styles.max_height, ranks.styles.min_height = share
 
     def rank_by_key(self, key: tuple) -> RankRow | None:
         for r in (self.result.ranks if self.result else []):
@@ -324,8 +373,14 @@ class TopApp(App):
         self.request(refresh=self.cursor is None)
         self.render_all()
 
-    def action_sort(self) -> None:
-        self.sort_index = (self.sort_index + 1) % len(RANK_COLUMNS)
+    def action_sort(self, step: int) -> None:
+        """The next (1) or previous (-1) column, in its own order (largest first for figures)."""
+        self.sort_index = (self.sort_index + step) % len(RANK_COLUMNS)
+        self.sort_reversed = False
+        self.render_all()
+
+    def action_reverse(self) -> None:
+        self.sort_reversed = not self.sort_reversed
         self.render_all()
 
     def action_filter(self) -> None:

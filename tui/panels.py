@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,18 +19,20 @@ from textual.widgets import DataTable, Footer, Static
 from slotscope.analyzer.job import utc_ns
 from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
-from slotscope.analyzer.rpcs import REST, SPLIT, split
+from slotscope.analyzer.rpcs import COLUMN_LEGEND, REST, SPLIT, split
 from slotscope.analyzer.thresholds import Thresholds
 from slotscope.analyzer.units import clock, ms, pids, rate, round_rate, seconds, size
 from slotscope.analyzer.view import Overview, RankRow, next_save, save_at
 
-from .ranktable import Column
+from .flow import Flow, Para
+from .ranktable import Column, fit, fit_columns
 
 SPARK = " ▁▂▃▄▅▆▇█"
 LABEL_W = 24          # the transport panel's label column
 NOTE_W = 34           # and its note column after the sparklines
-BAR_W = 24            # the RPC split bar
+BAR_W = (12, 32)      # the RPC split bar: narrower, it drops a column; wider, it says no more
 MAX_PROCS = 5         # procedures shown in the RPC panel (the costliest)
+SHORT_SCREEN = 32     # lines: below, the RPC panel shows 3 procedures, for the rank table's rows
 SEVERITY_STYLE = {"critical": "b red", "warning": "b yellow", "info": "b cyan"}
 
 
@@ -71,25 +76,35 @@ def _rank_order(r: RankRow) -> tuple:
     return (e["rank"] is None, e["rank"] or 0, e["host"], e["pids"])
 
 
-# The rank table's columns, in order; s cycles the sort through them.
+# The rank table's columns, in order; s and S cycle the sort through them, r reverses it. Where
+# they do not all fit, the lowest priority goes first: what stalls (blocked now, slot wait) and
+# how much was written stay longest.
 RANK_COLUMNS = [
-    Column("rank", 5, lambda r: "-" if r.entry["rank"] is None else str(r.entry["rank"]), _rank_order, right=True),
-    Column("host", 9, lambda r: r.entry["host"] or "?", lambda r: (r.entry["host"] or "", r.entry["rank"] or 0)),
+    Column("rank", 5, lambda r: "-" if r.entry["rank"] is None else str(r.entry["rank"]), _rank_order, right=True,
+           priority=9),
+    Column("host", 9, lambda r: r.entry["host"] or "?", lambda r: (r.entry["host"] or "", r.entry["rank"] or 0),
+           priority=0),
     Column("pid", 8,
            lambda r: pids(r.entry["pids"]),
-           lambda r: r.entry["pids"]),
-    Column("comm", 9, lambda r: r.entry["comm"] or "?", lambda r: r.entry["comm"] or ""),
-    Column("written", 10, lambda r: size(r.entry["bytes_written"]), lambda r: r.entry["bytes_written"], True, True),
+           lambda r: r.entry["pids"], priority=2),
+    Column("comm", 9, lambda r: r.entry["comm"] or "?", lambda r: r.entry["comm"] or "", priority=4),
+    Column("written", 10, lambda r: size(r.entry["bytes_written"]), lambda r: r.entry["bytes_written"], True, True,
+           priority=6),
     Column("WRITEs", 6, lambda r: "-" if r.entry["write_rpcs"] is None else f"{r.entry['write_rpcs']:,}",
-           lambda r: _num(r.entry["write_rpcs"]), True, True),
+           lambda r: _num(r.entry["write_rpcs"]), True, True, priority=3),
     Column("mean WRITE", 10, lambda r: size(r.entry["mean_rpc_bytes"]), lambda r: _num(r.entry["mean_rpc_bytes"]),
-           True, True),
-    Column("p99 ms", 8, lambda r: ms(r.extras.p99_ns), lambda r: _num(r.extras.p99_ns), True, True),
+           True, True, priority=1),
+    Column("p99 ms", 8, lambda r: ms(r.extras.p99_ns), lambda r: _num(r.extras.p99_ns), True, True, priority=5),
     Column("slot wait", 9, lambda r: seconds(r.entry["slot_wait_ns"], unit=True), lambda r: _num(r.entry["slot_wait_ns"]),
-           True, True),
+           True, True, priority=7),
     Column("blocked now", 0, blocked_cell, lambda r: r.blocked_now.longest.age_ns if r.blocked_now else -1, True,
-           style=_blocked_style),
+           style=_blocked_style, priority=8, min_width=16),
 ]
+
+
+def sort_title(index: int, descending: bool) -> str:
+    """The rank table's sort, as its border says it."""
+    return f"sort: {RANK_COLUMNS[index].title} {'▼ descending' if descending else '▲ ascending'}"
 
 
 def matches(r: RankRow, text: str) -> bool:
@@ -102,14 +117,19 @@ def matches(r: RankRow, text: str) -> bool:
 
 # ---- banner ----
 
-def _cursor_clock(result: dict, cursor_ns: int) -> str:
-    """' 18:04:00 UTC', the time at the cursor; '' when no capture says when it started."""
+def _recorded(result: dict, cursor_ns: int, now: float) -> str:
+    """'2026-12-02 18:04:11 UTC, 2 days ago': when the moment at the cursor was recorded."""
     starts = [utc_ns(c["start"]) for c in result["captures"] if c["start"]]
-    return f" {clock(min(starts) + cursor_ns, 0)} UTC" if starts else ""
+    if not starts:
+        return "recorded at an unknown time"
+    at = min(starts) + cursor_ns
+    day = datetime.fromtimestamp(at / 1e9, timezone.utc).strftime("%Y-%m-%d")
+    return f"{day} {clock(at, 0)} UTC, {ago(max(0.0, now - at / 1e9))} ago"
 
 
-def banner_text(view: Overview, following: bool, playing: bool, filter_text: str, sort_title: str,
-                now: float | None = None) -> str:
+def banner_text(view: Overview, following: bool, playing: bool, now: float | None = None) -> Flow:
+    """What the capture says and where the cursor is: two lines at 80 columns or more, broken
+    between items, never inside one; then the analysis' notes and problems."""
     now = time.time() if now is None else now
     result, tl = view.analysis, view.timeline
     hosts = ", ".join(sorted({c["host"] or "?" for c in result["captures"]}))
@@ -118,29 +138,24 @@ def banner_text(view: Overview, following: bool, playing: bool, filter_text: str
     style = {"healthy": "b green", "nothing to assess": "b yellow"}.get(verdict, "b red")
     if result["findings"] and result["verdict"] not in (None, "healthy"):
         verdict += f" ({result['findings'][0]['severity']})"
-    starts = [datetime.fromisoformat(c["start"]).timestamp() for c in result["captures"] if c["start"]]
-    started = min(starts) if starts else None
+    cursor = f"cursor {seconds(tl.cursor_ns, 1, unit=True)} / {seconds(tl.span_ns, 1, unit=True)}"
     if tl.live:
+        starts = [datetime.fromisoformat(c["start"]).timestamp() for c in result["captures"] if c["start"]]
         state = "[b green]LIVE[/] following" if following else "[b yellow]LIVE[/] paused"
-        age = f"recording for {ago(max(0.0, now - started))}" if started else "recording"
+        when = [f"recording for {ago(max(0.0, now - min(starts)))}" if starts else "recording"]
         if tl.updated_at:
             quiet = max(0.0, now - tl.updated_at)
-            age += (f" · [b red]no new data for {ago(quiet)}: is the recorder still running?[/]" if quiet > 5
-                    else f" · newest data {ago(quiet)} ago")
+            when.append(f"[b red]no new data for {ago(quiet)}: is the recorder still running?[/]" if quiet > 5
+                        else f"newest data {ago(quiet)} ago")
     else:
         state = "[b]REPLAY[/]" + (" playing" if playing else "")
-        age = "recorded " + (f"{datetime.fromtimestamp(started, timezone.utc):%Y-%m-%d %H:%M} UTC, "
-                             f"{ago(max(0.0, now - started))} ago" if started else "at an unknown time")
-    line1 = (f"[{style}]verdict: {escape(verdict)}[/]  host {escape(hosts)} · {state} · "
-             f"cursor {seconds(tl.cursor_ns, 1, unit=True)} / {seconds(tl.span_ns, 1, unit=True)}"
-             f"{_cursor_clock(result, tl.cursor_ns)}")
-    extra = f"sort: {sort_title}" + (f" · filter: {escape(repr(filter_text))}" if filter_text else "")
-    line2 = (f"{age} · [{'b red' if lost else 'dim'}]{lost} events lost[/] · "
-             f"{len(view.ranks)} ranks · [dim]{extra} · ? help[/]")
-    lines = [line1, line2]
-    lines += [f"[dim]note: {escape(n)}[/]" for n in result["notes"]]
-    lines += [f"[red]problem: {escape(p)}[/]" for p in result["problems"][:3]]
-    return "\n".join(lines)
+        when = [_recorded(result, tl.cursor_ns, now)]
+    return Flow.of(
+        Para.of(f"[{style}]verdict: {escape(verdict)}[/]", f"host {escape(hosts)}", f"{len(view.ranks)} ranks",
+                f"[{'b red' if lost else 'dim'}]{lost} events lost[/]"),
+        Para.of(state, cursor, *when),
+        *(Para.of(f"[dim]note: {escape(n)}[/]") for n in result["notes"]),
+        *(Para.of(f"[red]problem: {escape(p)}[/]") for p in result["problems"][:3]))
 
 
 # ---- the save at the cursor ----
@@ -216,7 +231,7 @@ def series_bins(width: int) -> int:
 
 
 def _label(text: str, style: str | None = None) -> Text:
-    return Text(text[:LABEL_W - 1].ljust(LABEL_W), style=style or "")
+    return Text(fit(text, LABEL_W - 1, False) + " ", style=style or "")
 
 
 def _line(*parts) -> Text:
@@ -285,7 +300,7 @@ def nfs_text(view: Overview) -> Text:
 SPLIT_STYLES = {"slot_wait_ns": "red", "transmit_wait_ns": "yellow", "rtt_ns": "blue", REST: "grey50"}
 
 
-def split_bar(means: dict, scale: float, width: int = BAR_W) -> Text:
+def split_bar(means: dict, scale: float, width: int) -> Text:
     total = means["execute_ns"]
     cells = round(width * total / scale) if scale else 0
     out, used, acc = Text(), 0, 0.0
@@ -299,45 +314,108 @@ def split_bar(means: dict, scale: float, width: int = BAR_W) -> Text:
     return out
 
 
-def rpc_text(by_proc: dict, title: str = "RPC latency per procedure", limit: int = MAX_PROCS) -> Text:
-    if not by_proc:
-        return _line((title, "bold"), "  no completed RPCs yet")
-    head = _line((title, "bold"), (" (ms per RPC)", "dim"), " ")
-    for part in SPLIT:
-        head.append(" █", SPLIT_STYLES[part.key])
-        head.append(f" {part.label}")
-    columns = "".join(f"{part.column:>8}" for part in SPLIT)
-    lines = [head, Text(f"{'procedure':<12}{'count':>8}{columns}{'execute':>9}{'p99':>9}  split", style="dim")]
-    rows = [(name, p, split(p)) for name, p in by_proc.items()]
-    rows.sort(key=lambda x: -(x[2]["execute_ns"] * x[1]["count"] if x[2] else 0))
-    scale = max((x[2]["execute_ns"] for x in rows if x[2]), default=0)
-    for name, p, means in rows[:limit]:
-        if means is None:
-            lines.append(Text(f"{name[:12]:<12}{0:>8}  ({p.get('outstanding', 0)} outstanding)"))
-            continue
-        out = f"  +{p['outstanding']} outstanding" if p.get("outstanding") else ""
-        parts = "".join(f"{ms(means[part.key]):>8}" for part in SPLIT)
-        lines.append(_line(f"{name[:12]:<12}{p['count']:>8,}{parts}{ms(means['execute_ns']):>9}"
-                           f"{ms(p['p99_ns']):>9}  ", split_bar(means, scale), out))
-    if len(rows) > limit:
-        lines.append(Text(f"+{len(rows) - limit} more: {', '.join(n for n, _, _ in rows[limit:])}", style="dim"))
-    return Text("\n").join(lines)
+def _ms_of(key: str):
+    return lambda row: ms(row[2][key]) if row[2] else ""
+
+
+# The RPC panel's columns over (procedure, its by_proc entry, split() of it); the last, the bar,
+# takes what the others leave. Dropped first where they do not fit: p99, count, execute.
+PROC_COLUMNS = [
+    Column("procedure", 11, lambda row: row[0], priority=9),
+    Column("count", 7, lambda row: f"{row[1]['count']:,}", right=True, priority=3),
+    *(Column(part.column, 7, _ms_of(part.key), right=True, priority=prio)
+      for part, prio in zip(SPLIT, (7, 5, 6, 5))),
+    Column("execute", 8, _ms_of("execute_ns"), right=True, priority=4),
+    Column("p99", 8, lambda row: ms(row[1]["p99_ns"]) if row[2] else "", right=True, priority=2),
+    Column("split", 0, None, priority=8, min_width=BAR_W[0]),
+]
+PART_STYLE = {part.column: SPLIT_STYLES[part.key] for part in SPLIT}
+
+
+@dataclass(frozen=True)
+class RpcPanel:
+    """The latency split of the costliest procedures, laid out at the width it is drawn at:
+    columns that do not fit are dropped whole, the bars fill what is left (up to BAR_W[1]),
+    no line wraps. The split columns' heads carry the bars' colours: the legend."""
+    by_proc: dict
+    limit: int = MAX_PROCS
+
+    def lines(self, width: int) -> list[Text]:
+        if not self.by_proc:
+            return [Text("no completed RPCs yet")]
+        rows = [(name, p, split(p)) for name, p in self.by_proc.items()]
+        rows.sort(key=lambda x: -(x[2]["execute_ns"] * x[1]["count"] if x[2] else 0))
+        scale = max((x[2]["execute_ns"] for x in rows if x[2]), default=0)
+        layout = fit_columns(PROC_COLUMNS, width)
+        head = Text(style="dim")
+        out = [head]
+        for n, (i, w) in enumerate(layout):
+            c = PROC_COLUMNS[i]
+            head.append(" " if n else "")
+            if c.title in PART_STYLE:
+                head.append(" " * (w - len(c.title) - 1))
+                head.append("█", PART_STYLE[c.title])
+                head.append(c.title)
+            else:
+                head.append(fit(c.title, w, c.right))
+        for row in rows[:self.limit]:
+            line = Text()
+            for n, (i, w) in enumerate(layout):
+                c = PROC_COLUMNS[i]
+                line.append(" " if n else "")
+                if c.cell is not None:
+                    line.append(fit(c.cell(row), w, c.right))
+                    continue
+                name, p, means = row
+                bar = min(w, BAR_W[1])
+                if means is None:
+                    line.append(f"({p.get('outstanding', 0)} outstanding)")
+                    continue
+                line.append_text(split_bar(means, scale, bar))
+                if p.get("outstanding"):
+                    line.append(f" +{p['outstanding']} outstanding")
+            out.append(line)
+        if len(rows) > self.limit:
+            out.append(Text(f"+{len(rows) - self.limit} more: {', '.join(n for n, _, _ in rows[self.limit:])}",
+                            style="dim"))
+        for line in out:
+            line.truncate(width, overflow="ellipsis")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(line.plain.rstrip() for line in self.lines(200))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in self.lines(options.max_width):
+            line.no_wrap = True
+            yield line
 
 
 # ---- findings ----
 
-def findings_text(result: dict) -> str:
+def findings_title(result: dict) -> str:
+    n = len(result["findings"])
+    return f"Findings ({n}) · f: evidence and checklist" if n else "Findings"
+
+
+def findings_text(result: dict) -> Flow:
     findings = result["findings"]
     if not findings:
-        return "[b]Findings[/]  none" + ("" if result["verdict"] else " (nothing to assess yet)")
-    out = [f"[b]Findings ({len(findings)})[/] [dim]f: evidence and checklist[/]"]
+        return Flow.of(Para.of("none" + ("" if result["verdict"] else " (nothing to assess yet)")))
+    paras = []
     for f in findings:
         who = f"  ranks {rank_ranges(f['ranks'])}" if f.get("ranks") else ""
-        out.append(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{f['severity']}[/] [b]{escape(f['kind'])}[/]"
-                   f"[dim]{escape(who)}[/]: {escape(f['summary'])}")
+        paras.append(Para.of(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{f['severity']}[/] [b]{escape(f['kind'])}[/]"
+                             f"[dim]{escape(who)}[/]: {escape(f['summary'])}"))
         if f.get("fix"):
-            out.append(f"  [green]fix:[/] {escape(f['fix'])}")
-    return "\n".join(out)
+            paras.append(Para.of(f"[green]fix:[/] {escape(f['fix'])}", indent=2))
+    return Flow(tuple(paras))
+
+
+def _indented(line: str, style: str | None = None) -> Para:
+    """A line of the text report as a paragraph: its leading spaces, its indent."""
+    body = line.lstrip(" ")
+    return Para((Text(body, style=style or ""),), len(line) - len(body))
 
 
 class FindingsScreen(Screen):
@@ -352,25 +430,25 @@ class FindingsScreen(Screen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="findings-full"):
             yield Static(self.text(self.result), id="findings-text")
-        yield Footer()
+        yield Footer(compact=True)
 
     @staticmethod
-    def text(view: Overview) -> str:
+    def text(view: Overview) -> Flow:
         result = view.analysis
-        out = [f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
-               f"[dim]as of the cursor, {seconds(view.timeline.cursor_ns, 1, unit=True)}[/]", ""]
+        paras = [Para.of(f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
+                         f"[dim]as of the cursor, {seconds(view.timeline.cursor_ns, 1, unit=True)}[/]"), Para.of()]
         for f in result["findings"]:
-            lines = finding_lines(f)
-            out.append(f"[{SEVERITY_STYLE.get(f['severity'], 'b')}]{escape(lines[0])}[/]")
-            out += [escape(line) for line in lines[1:]]
-            out.append("")
+            lines = finding_lines(f, width=None)         # wrapped here, once, to the screen's width
+            paras.append(_indented(lines[0], SEVERITY_STYLE.get(f["severity"], "b")))
+            paras += [_indented(line) for line in lines[1:]]
+            paras.append(Para.of())
         if not result["findings"]:
-            out += ["no findings", ""]
+            paras += [Para.of("no findings"), Para.of()]
         if result.get("checklist"):
-            out.append("[b]checklist[/]")
-            out += [f"  {escape(c['question'])}: [b]{escape(c['answer'] or '-')}[/] ({escape(c['value'])})"
-                    for c in result["checklist"]]
-        return "\n".join(out)
+            paras.append(Para.of("[b]checklist[/]"))
+            paras += [Para.of(f"{escape(c['question'])}: [b]{escape(c['answer'] or '-')}[/] ({escape(c['value'])})",
+                              indent=2) for c in result["checklist"]]
+        return Flow(tuple(paras))
 
     def show(self, result: Overview) -> None:
         self.result = result
@@ -393,55 +471,66 @@ class RankScreen(Screen):
         self.key = rank.key
         self.rank = rank
         self.detail: RankDetail | None = None
+        self._widths: dict[str, int] = {}       # each table's width, to lay them out
 
     def compose(self) -> ComposeResult:
         yield Static(id="rank-title")
         yield Static(id="rank-blocked")
         with Horizontal(id="rank-top"):
-            yield DataTable(id="syscalls", cursor_type="row", zebra_stripes=True)
+            yield DataTable(id="syscalls", classes="rank-table", cursor_type="row", zebra_stripes=True)
             with Vertical(id="rank-rpc-box"):
                 yield Static(id="rank-rpc-title")
-                yield DataTable(id="rpcs", cursor_type="row", zebra_stripes=True)
+                yield DataTable(id="rpcs", classes="rank-table", cursor_type="row", zebra_stripes=True)
         yield DataTable(id="files", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.show(self.rank, None)
 
-    @staticmethod
-    def fill(table: DataTable, titles: tuple[str, ...], rows: list[tuple]) -> None:
+    def on_resize(self) -> None:
+        self._arrange()
+
+    def _arrange(self) -> None:
+        """The syscalls and RPC tables side by side where both fit whole, else one above the
+        other, and fewer rows of each on a short screen."""
+        need = self._widths.get("syscalls", 0) + self._widths.get("rpcs", 0) + 1      # + the border between
+        self.set_class(need > self.size.width, "-stacked")
+        self.set_class(self.size.height < SHORT_SCREEN, "-short")
+
+    def fill(self, table: DataTable, titles: tuple[str, ...], rows: list[tuple]) -> None:
         """Replace a table's rows, its columns as wide as their widest cell (set here, not
         measured by the table as rows arrive: the same screen at every refresh)."""
         table.clear(columns=True)
-        for i, title in enumerate(titles):
-            table.add_column(title, width=max([len(title)] + [len(str(r[i])) for r in rows]))
+        widths = [max([len(title)] + [len(str(r[i])) for r in rows]) for i, title in enumerate(titles)]
+        for title, width in zip(titles, widths):
+            table.add_column(title, width=width)
         for r in rows:
             table.add_row(*r)
+        self._widths[table.id] = sum(widths) + 2 * table.cell_padding * len(widths)
 
     def show(self, row: RankRow, detail: RankDetail | None) -> None:
         self.rank = row
         self.detail = detail
         r = row.entry
         who = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]} (no rank)"
-        self.query_one("#rank-title", Static).update(
-            f"[b]{who}[/] on {escape(r['host'])} · pids {', '.join(map(str, r['pids']))} · "
-            f"{escape(r['comm'] or '?')} · written {size(r['bytes_written'])} in "
-            f"{row.extras.write_calls} writes · {r['write_rpcs'] if r['write_rpcs'] is not None else '-'} "
-            f"WRITE RPCs of {size(r['mean_rpc_bytes'])} · p99 {ms(row.extras.p99_ns)} ms · "
-            f"blocked {seconds(r['blocked_ns'], unit=True)} · slot wait {seconds(r['slot_wait_ns'], unit=True)}   "
-            f"[dim](escape: back)[/]")
+        self.query_one("#rank-title", Static).update(Flow.of(Para.of(
+            f"[b]{who}[/] on {escape(r['host'])}", f"pids {', '.join(map(str, r['pids']))}",
+            escape(r["comm"] or "?"), f"written {size(r['bytes_written'])} in {row.extras.write_calls} writes",
+            f"{r['write_rpcs'] if r['write_rpcs'] is not None else '-'} WRITE RPCs of {size(r['mean_rpc_bytes'])}",
+            f"p99 {ms(row.extras.p99_ns)} ms", f"blocked {seconds(r['blocked_ns'], unit=True)}",
+            f"slot wait {seconds(r['slot_wait_ns'], unit=True)}")))
         blocked = detail.blocked if detail else []
         if blocked:
-            text = "[b red]blocked now:[/] " + "; ".join(
+            text = Para.of("[b red]blocked now:[/] " + "; ".join(
                 f"tid {b.tid} in {escape(b.syscall)} for {seconds(b.age_ns, 1, unit=True)} "
                 f"on {escape(b.path or '?')}"
-                + (" (snapshot)" if b.source == "snapshot" else "") for b in blocked[:4])
+                + (" (snapshot)" if b.source == "snapshot" else "") for b in blocked[:4]))
         else:
             slow = row.extras.slowest_recent
-            text = "[dim]not blocked at the cursor" + (
+            text = Para.of("[dim]not blocked at the cursor" + (
                 f"; slowest in the 5 s before it: {escape(slow.syscall)} {ms(slow.latency_ns)} ms"
-                if slow else "") + "[/]"
-        self.query_one("#rank-blocked", Static).update(text)
+                if slow else "") + "[/]")
+        self.query_one("#rank-blocked", Static).update(Flow.of(text))
         self.fill(self.query_one("#syscalls", DataTable), ("syscall", "count", "total ms", "max ms"), [
             (name, f"{c['count']:,}", ms(c["total_ns"]), ms(c["max_ns"]))
             for name, c in sorted(r["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"])])
@@ -465,35 +554,46 @@ class RankScreen(Screen):
         self.fill(self.query_one("#files", DataTable), ("file", "written", "calls", "total ms", "max ms"), [
             (f.path, size(f.bytes), f"{f.calls:,}", ms(f.total_ns), ms(f.max_ns))
             for f in (detail.files if detail else [])])
+        self._arrange()
 
 
-HELP = f"""[b]slotscope top[/]
-
-  q        quit (ctrl+c too)
-  p        pause / resume following a live capture (replay: play / pause)
-  space    play / pause the replay (live: same as p)
-  ← →      scrub the time cursor: every panel shows the capture as of it
-  home end cursor to the start / the end (live: end follows again)
-  [ ]      cursor to the start of the previous / next save
-  /        filter ranks by text (rank, host, comm, pid); enter keeps it, escape clears
-  s        sort by the next column (▲ ascending, ▼ largest first)
-  enter    drill down into the selected rank: syscalls, RPCs, files; escape back
-  f        findings with their evidence, and the checklist
-  ?        this help
-
-[b]save[/]: the one the cursor is in: what it wrote, how much, how long; a save is a burst
-of file events on the written files, {Thresholds().save_gap_s:g} s (save_gap_s) or more from the next.
-[b]slots & link[/]: slot-table occupancy against its limit (red where full) and the
-RPCs waiting for a slot, then the link's rate against its capacity, over the whole
-capture; ▼ and the reversed cell mark the cursor.
-[b]blocked now[/]: the longest traced syscall in progress at the cursor: from the
-agent's snapshots (calls over 1 s, taken every second) and, in replay, from the calls
-recorded when they returned (over 0.1 s).
-"""
+KEYS = (
+    ("q", "quit (ctrl+c too)"),
+    ("?", "this help; escape closes it"),
+    ("← →", "scrub the time cursor: every panel shows the capture as of it"),
+    ("home end", "cursor to the start / the end (live: the end follows again)"),
+    ("[ ]", "cursor to the start of the previous / next save"),
+    ("p", "live: pause / resume following; replay: play / pause"),
+    ("space", "the same as p"),
+    ("/", "filter ranks by rank, host, comm or pid; enter keeps it, escape clears it"),
+    ("s S", "sort the ranks by the next / previous column"),
+    ("r", "reverse the sort (▲ ascending, ▼ descending, on the column's head)"),
+    ("enter", "drill down into the selected rank: syscalls, RPCs, files; escape back"),
+    ("f", "findings with their evidence, and the checklist"),
+)
+KEY_W = 10
+HELP = Flow.of(
+    Para.of("[b]slotscope top[/]"), Para.of(),
+    *(Para.of(escape(f"{key:<{KEY_W}}{what}"), indent=2, hang=KEY_W) for key, what in KEYS), Para.of(),
+    Para.of(f"[b]save[/]: the one the cursor is in: what it wrote, how much, how long; a save is a burst of "
+            f"file events on the written files, {Thresholds().save_gap_s:g} s (save_gap_s) or more from the next.",
+            hang=0),
+    Para.of("[b]slots & link[/]: slot-table occupancy against its limit (red where full) and the RPCs waiting "
+            "for a slot, then the link's rate against its capacity, over the whole capture; ▼ and the reversed "
+            "cell mark the cursor.", hang=0),
+    Para.of(f"[b]RPC latency[/]: each procedure's mean ms per RPC, split into {COLUMN_LEGEND}; the bars "
+            "draw the split, to one scale.", hang=0),
+    Para.of("[b]blocked now[/]: the longest traced syscall in progress at the cursor: from the agent's "
+            "snapshots (calls over 1 s, taken every second) and, in replay, from the calls recorded when "
+            "they returned (over 0.1 s).", hang=0),
+    Para.of("[b]columns[/] that do not fit the width are left out, the least telling first (the sorted one "
+            "stays); a cell cut short ends in …", hang=0),
+)
 
 
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
 
     def compose(self) -> ComposeResult:
-        yield Static(HELP, id="help")
+        with VerticalScroll(id="help"):          # scrolls where the screen is shorter than the help
+            yield Static(HELP, id="help-text")

@@ -26,18 +26,41 @@ from slotscope.analyzer.view import RankRow
 @dataclass(frozen=True)
 class Column:
     title: str
-    width: int                       # 0: what the other columns leave
-    cell: Callable[[RankRow], str]
-    sort: Callable[[RankRow], object]
-    reverse: bool = False            # sorted largest first
+    width: int                       # 0: what the other columns leave, at least min_width
+    cell: Callable
+    sort: Callable | None = None
+    reverse: bool = False            # sorted largest first (until r reverses it)
     right: bool = False              # right-aligned (numbers)
     style: Callable[[RankRow], str | None] | None = None   # a rich style for the cell, or None
+    priority: int = 0                # where columns do not all fit, the lowest go first
+    min_width: int = 0
 
 
 def fit(text: str, width: int, right: bool) -> str:
     if len(text) > width:
         return text[:max(width - 1, 0)] + "…" if width > 0 else ""
     return text.rjust(width) if right else text.ljust(width)
+
+
+def fit_columns(columns: list[Column], width: int, keep: int | None = None) -> list[tuple[int, int]]:
+    """(index, width) of the columns shown in `width` cells, in their order, one space apart.
+    Columns that do not fit are dropped whole, lowest priority first, never `keep` (the sorted
+    one); the flexible column (width 0) takes what the others leave. Were even the last ones too
+    wide, the last is narrowed: its cells end in an ellipsis, a cut is never silent."""
+    def need(shown):
+        return sum(columns[i].width or columns[i].min_width for i in shown) + len(shown) - 1
+
+    shown = list(range(len(columns)))
+    for i in sorted((i for i in shown if i != keep), key=lambda i: columns[i].priority):
+        if need(shown) <= width or len(shown) == 1:
+            break
+        shown.remove(i)
+    spare = width - need(shown)
+    out = [(i, columns[i].width or columns[i].min_width + max(spare, 0)) for i in shown]
+    if spare < 0:
+        i, w = out[-1]
+        out[-1] = (i, max(w + spare, 1))
+    return out
 
 
 class RankTable(ScrollView, can_focus=True):
@@ -92,8 +115,10 @@ class RankTable(ScrollView, can_focus=True):
         self.rows: list[RankRow] = []
         self.cursor_row = 0
         self.sort_index = 0
+        self.descending = False
         self.empty_text = ""
         self._drawn: dict[int, tuple] = {}      # screen line -> what was drawn there
+        self._layout: tuple = (None, [])
 
     # data
 
@@ -101,12 +126,12 @@ class RankTable(ScrollView, can_focus=True):
     def row_count(self) -> int:
         return len(self.rows)
 
-    def set_rows(self, rows: list[RankRow], sort_index: int = 0, empty_text: str = "") -> None:
+    def set_rows(self, rows: list[RankRow], sort_index: int = 0, descending: bool = False,
+                 empty_text: str = "") -> None:
         """New rows (sorted and filtered): the cursor stays on the same rank when it is still
         there; only lines whose content changed are repainted."""
         selected = self.rows[self.cursor_row].key if self.rows and self.cursor_row < len(self.rows) else None
-        header_changed = sort_index != self.sort_index
-        self.rows, self.sort_index, self.empty_text = rows, sort_index, empty_text
+        self.rows, self.sort_index, self.descending, self.empty_text = rows, sort_index, descending, empty_text
         if selected is not None:
             for i, r in enumerate(rows):
                 if r.key == selected:
@@ -115,8 +140,6 @@ class RankTable(ScrollView, can_focus=True):
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
         self.virtual_size = Size(self.size.width, len(rows) + 1)
         self._scroll_to_cursor()
-        if header_changed:
-            self._drawn.pop(0, None)
         self._repaint_changed()
 
     def row_cells(self, row: RankRow) -> tuple[str, ...]:
@@ -131,10 +154,17 @@ class RankTable(ScrollView, can_focus=True):
 
     # drawing
 
-    def _widths(self, width: int) -> list[int]:
-        fixed = sum(c.width for c in self.columns if c.width) + len(self.columns) - 1
-        rest = max(width - fixed - 1, 8)
-        return [c.width or rest for c in self.columns]
+    @property
+    def line_width(self) -> int:
+        """The width of a line: the table's, less its scrollbar when it shows one."""
+        return self.scrollable_content_region.width
+
+    def layout(self) -> list[tuple[int, int]]:
+        """(column index, width) of the columns that fit the table's width now."""
+        key = (self.line_width, self.sort_index)
+        if self._layout[0] != key:
+            self._layout = (key, fit_columns(self.columns, self.line_width, keep=self.sort_index))
+        return self._layout[1]
 
     def _visible(self) -> range:
         top = int(self.scroll_y)
@@ -143,11 +173,13 @@ class RankTable(ScrollView, can_focus=True):
     def _line_content(self, y: int) -> tuple:
         """What screen line y shows: the identity of its drawing (compared to repaint)."""
         if y == 0:
-            return ("header", self.sort_index, self.size.width)
+            return ("header", self.sort_index, self.descending, self.line_width)
         i = int(self.scroll_y) + y - 1
         if i >= len(self.rows):
-            return ("empty", self.empty_text if i == 0 else "", self.size.width)
-        return ("row", i == self.cursor_row, i % 2, self.row_cells(self.rows[i]), self.size.width)
+            return ("empty", self.empty_text if i == 0 else "", self.line_width)
+        row = self.rows[i]
+        cells = tuple(self.columns[c].cell(row) for c, _ in self.layout())
+        return ("row", i == self.cursor_row, i % 2, cells, self.line_width)
 
     def _repaint_changed(self) -> None:
         width = self.size.width
@@ -158,17 +190,17 @@ class RankTable(ScrollView, can_focus=True):
                 self.refresh(Region(0, y, width, 1))
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        widths = self._widths(width)
+        width = self.line_width
+        layout = self.layout()
         content = self._line_content(y)
         self._drawn[y] = content
         if content[0] == "header":
             style = self.get_component_rich_style("ranktable--header")
             titles = []
-            for i, (c, w) in enumerate(zip(self.columns, widths)):
+            for i, w in layout:
+                c = self.columns[i]
                 if i == self.sort_index:      # the sorted column: its title and ▲ (ascending) or ▼
-                    mark = "▼" if c.reverse else "▲"
-                    title = fit(c.title, w - 1, False).rstrip() + mark
+                    title = fit(c.title, w - 1, False).rstrip() + ("▼" if self.descending else "▲")
                     titles.append(fit(title, w, c.right))
                 else:
                     titles.append(fit(c.title, w, c.right))
@@ -187,8 +219,9 @@ class RankTable(ScrollView, can_focus=True):
         row = self.rows[int(self.scroll_y) + y - 1]
         segments = []
         used = 0
-        for i, (c, w, text) in enumerate(zip(self.columns, widths, cells)):
-            if i:
+        for n, ((i, w), text) in enumerate(zip(layout, cells)):
+            c = self.columns[i]
+            if n:
                 segments.append(Segment(" ", style))
                 used += 1
             cell_style = style

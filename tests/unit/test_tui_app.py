@@ -3,8 +3,11 @@ the panels on the shipped sample, and snapshots of the main screens at a fixed s
 from __future__ import annotations
 
 import asyncio
+import io
+from itertools import takewhile
 
 import pytest
+from rich.console import Console
 
 from slotscope.capture.writer import CaptureWriter
 from slotscope.analyzer.job import Job
@@ -15,6 +18,7 @@ from unit_helpers import START_NS, assert_one_line_error, meta, procs_table, run
 pytestmark = pytest.mark.unit
 
 SIZE = (120, 40)
+SMALL, LARGE = (80, 24), (160, 45)
 FIXED_NOW = START_NS / 1e9 + 3600        # the capture started an hour ago
 SAMPLE_NOW = 1796234599.16 + 2 * 86400  # the sample was recorded two days before
 
@@ -28,6 +32,19 @@ def make_app(path, **kw):
 def sample_app(**kw):
     from slotscope.cli.demo import sample_path
     return make_app(sample_path(), poll_seconds=60, clock=lambda: SAMPLE_NOW, **kw)
+
+
+def sample_at(size, *keys: str, check) -> None:
+    """The sample at a terminal size, after keys (each let to take effect): check(app)."""
+    async def scenario():
+        app = sample_app()
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            for key in keys:
+                await pilot.press(key)
+                await settle(app, pilot)
+            check(app)
+    run(scenario())
 
 
 async def settle(app, pilot) -> None:
@@ -64,7 +81,44 @@ def column(app, title: str) -> list[str]:
 
 
 def text(app, selector: str) -> str:
-    return str(app.screen.query_one(selector).render())
+    """A panel's text, plain; laid out at the panel's width it is in screen_lines()."""
+    content = app.screen.query_one(selector).content
+    return str(app.screen.query_one(selector).render()) if isinstance(content, str) else str(content)
+
+
+def title(app, selector: str) -> str:
+    return str(app.screen.query_one(selector).border_title)
+
+
+def screen_lines(app) -> list[str]:
+    """The screen as it is drawn (the text of app.export_screenshot()), a string a row."""
+    w, h = app.size
+    console = Console(width=w, height=h, file=io.StringIO(), force_terminal=True, record=True,
+                      legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text().splitlines()
+
+
+def region_lines(app, selector: str) -> list[str]:
+    """The rows of the screen a widget's content covers, cut to its columns."""
+    r = app.screen.query_one(selector).content_region
+    return [line[r.x:r.right].ljust(r.width) for line in screen_lines(app)[r.y:r.bottom]]
+
+
+def assert_wrapped_once(lines: list[str], width: int) -> None:
+    """Lines of one paragraph wrapped once, to `width`: none could have taken the next line's
+    first word (a text wrapped at 100 columns, then again at 80, leaves a stub every other line)."""
+    for line, following in zip(lines, lines[1:]):
+        assert len(line.rstrip()) + 1 + len(following.split()[0]) > width, (line, following)
+
+
+def header_titles_whole(header: str) -> None:
+    """Every column title in the rank table's header is whole (no 'slo' of 'slot wait')."""
+    from slotscope.tui.panels import RANK_COLUMNS
+    rest = header
+    for c in RANK_COLUMNS:
+        rest = rest.replace(c.title, "", 1)
+    assert set(rest) <= set(" ▲▼"), header
 
 
 def banner(app) -> str:
@@ -105,29 +159,40 @@ def test_main_screen(cap):
             assert column(app, "blocked now") == [""] * 4            # nothing in progress at the end
             t = banner(app)
             assert "verdict: healthy" in t and "host node-a" in t and "REPLAY" in t
-            assert "60 min ago" in t and "0 events lost" in t and "4 ranks" in t
+            assert "2023-11-14 22:14:20 UTC, 59 min ago" in t and "0 events lost" in t and "4 ranks" in t
             assert "no RPC data in this capture" in text(app, "#nfs")
-            assert "Findings" in text(app, "#findings") and "none" in text(app, "#findings")
+            assert title(app, "#findings-box").strip() == "Findings" and text(app, "#findings") == "none"
             await pilot.press("q")
             await pilot.pause()
         assert app.return_code == 0
     run(scenario())
 
 
-def test_sort_cycles_columns(cap):
+def test_sort_cycles_columns_both_ways_reverses_and_says_which_way(cap):
     async def scenario():
         app = make_app(cap)
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
-            for _ in range(4):                      # rank, host, pid, comm -> written
-                await pilot.press("s")
+            assert "sort: rank ▲ ascending" in title(app, "#ranks")
+            await pilot.press("r")                  # the other way
+            await pilot.pause()
+            assert column(app, "rank") == ["-", "2", "1", "0"]
+            assert "sort: rank ▼ descending" in title(app, "#ranks") and "rank▼" in region_lines(app, "#ranks")[0]
+            await pilot.press("S")                  # back one column, from the first to the last
+            await pilot.pause()
+            assert "sort: blocked now ▼ descending" in title(app, "#ranks")     # its own way again
+            await pilot.press("S", "S", "r")        # p99 ms, the smallest first
+            await pilot.pause()
+            assert column(app, "p99 ms") == sorted(column(app, "p99 ms"), key=float)
+            assert "sort: p99 ms ▲ ascending" in title(app, "#ranks") and "p99 ms▲" in region_lines(app, "#ranks")[0]
+            await pilot.press("S", "S", "S")        # mean WRITE, WRITEs, written
             await pilot.pause()
             assert column(app, "rank") == ["1", "0", "2", "-"]      # most bytes written first
-            assert "sort: written" in banner(app)
+            assert "sort: written ▼ descending" in title(app, "#ranks")
             await pilot.press("s", "s", "s")        # -> p99 ms
             await pilot.pause()
             assert column(app, "rank")[0] == "0"
-            assert "sort: p99 ms" in banner(app)
+            assert "sort: p99 ms ▼ descending" in title(app, "#ranks")
     run(scenario())
 
 
@@ -141,7 +206,7 @@ def test_filter(cap):
             assert column(app, "comm") == ["rsync"]
             await pilot.press("enter")              # keeps the filter, back to the table
             await pilot.pause()
-            assert column(app, "comm") == ["rsync"] and "filter: 'rsy'" in banner(app)
+            assert column(app, "comm") == ["rsync"] and "filter: 'rsy'" in title(app, "#ranks")
             await pilot.press("escape")             # clears it
             await pilot.pause()
             assert len(rows(app)) == 4
@@ -264,15 +329,22 @@ def test_play_advances_the_cursor(cap):
     run(scenario())
 
 
-def test_help_and_findings_screens(cap):
+@pytest.mark.parametrize("size", [SMALL, SIZE], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_help_and_findings_screens(cap, size):
     async def scenario():
         from slotscope.tui.panels import FindingsScreen, HelpScreen
         app = make_app(cap)
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=size) as pilot:
             await settle(app, pilot)
             await pilot.press("question_mark")
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
+            box = app.screen.query_one("#help").region            # within the screen, whole
+            assert box.x >= 0 and box.right <= size[0] and box.bottom <= size[1]
+            assert "drill down into the selected rank" in "\n".join(screen_lines(app))
+            app.screen.query_one("#help").scroll_end(animate=False, immediate=True)
+            await pilot.pause()                                    # where it is taller, it scrolls to its end
+            assert "a cell cut short ends in …" in "\n".join(screen_lines(app))
             await pilot.press("escape")
             await pilot.pause()
             assert not isinstance(app.screen, HelpScreen)
@@ -294,15 +366,15 @@ def test_panels_on_the_sample():
             assert column(app, "rank") == [str(i) for i in range(8)]
             assert set(column(app, "WRITEs")) == {"128"} and set(column(app, "mean WRITE")) == {"4.0 KiB"}
             t = banner(app)
-            assert "verdict: slot_saturation (critical)" in t and "recorded 2026-12-02 18:03 UTC, 2 days ago" in t
+            assert "verdict: slot_saturation (critical)" in t and "2026-12-02 18:04:11 UTC, 48 h ago" in t
             nfs = text(app, "#nfs").splitlines()
             assert nfs[0].startswith("slots & link") and "52.2 s" in nfs[0] and "▼" in nfs[0]
             assert nfs[1].startswith("10.0.0.1:2049 in use") and "█" in nfs[1] and "limit 2 · peak 2" in nfs[1]
             assert "waiting for a slot" in nfs[2] and "peak 6 waiting" in nfs[2]
             assert "link veth1" in nfs[3] and "speed unknown" in nfs[3]
             rpc = text(app, "#rpc").splitlines()
-            assert rpc[0].startswith("RPC latency per procedure")
-            assert rpc[2].split()[:8] == ["WRITE", "1,024", "125.7", "0.5", "42.4", "1.6", "170.3", "241.2"]
+            assert title(app, "#rpc").strip() == "RPC latency per procedure, ms per RPC"
+            assert rpc[1].split()[:8] == ["WRITE", "1,024", "125.7", "0.5", "42.4", "1.6", "170.3", "241.2"]
             f = text(app, "#findings")
             assert "critical slot_saturation" in f and "fix: raise the transport slot table" in f
             for _ in range(8):                       # into the save: ranks blocked in write
@@ -381,9 +453,9 @@ def test_live_banner_says_when_the_capture_stopped_growing(tmp_path):
                 "verdict": "healthy", "findings": [], "ranks": [], "notes": [], "problems": []}
     result = Overview(analysis, ranks=[], series=[], detail=None, has_rpc=False, saves=[],
                       timeline=Timeline(cursor_ns=5 * 10**9, span_ns=5 * 10**9, live=True, updated_at=1000.0))
-    fresh = banner_text(result, True, False, "", "rank", now=1002.0)
+    fresh = str(banner_text(result, True, False, now=1002.0))
     assert "newest data 2 s ago" in fresh and "7 events lost" in fresh
-    stale = banner_text(result, True, False, "", "rank", now=1030.0)
+    stale = str(banner_text(result, True, False, now=1030.0))
     assert "no new data for 30 s: is the recorder still running?" in stale
 
 
@@ -491,7 +563,88 @@ def test_cli_bad_capture(tmp_path):
     assert_one_line_error(run_slotscope("top", str(tmp_path / "empty")), "empty directory")
 
 
-# ---- snapshots at 120x40, and at 80x24 for the saves ----
+# ---- the layout at 80x24 first, and at 120x40 and 160x45: read off the screen as drawn ----
+
+@pytest.mark.parametrize("size", [SMALL, SIZE, LARGE], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_main_screen_fits_without_scrolling(size):
+    """The verdict, the RPC split (a line a procedure, its bar whole) and the rank table's first
+    rows (its titles whole, every cell shown whole or ending in an ellipsis) are on screen."""
+    from slotscope.tui.panels import BAR_W
+
+    def check(app):
+        lines = screen_lines(app)
+        assert len(lines) == size[1] and app.screen.max_scroll_y == 0
+        assert lines[0].startswith(" verdict: slot_saturation (critical) · host vm")
+        rpc = region_lines(app, "#rpc")
+        procs = 3 if size == SMALL else 5
+        assert [line.split()[0] for line in rpc[1:1 + procs]] == ["WRITE", "CREATE", "LOOKUP", "GETACL",
+                                                                  "ACCESS"][:procs]
+        assert rpc[1 + procs].startswith("+")                   # "+3 more: ...", on its own line
+        for line in rpc[1:3]:                                   # the two slowest: the longest bars
+            assert "█" * BAR_W[0] in line and "…" not in line, line
+        ranks = region_lines(app, "#ranks")
+        header_titles_whole(ranks[0])
+        assert "rank▲" in ranks[0] and "slot wait" in ranks[0] and "blocked now" in ranks[0]
+        shown = 4 if size == SMALL else 8
+        assert [line.split()[0] for line in ranks[1:1 + shown]] == [str(i) for i in range(shown)]
+        for line, wait in zip(ranks[1:1 + shown], column(app, "slot wait")):
+            assert f" {wait}" in line, line
+        box = app.query_one("#findings-box").content_region
+        assert box.height >= 3 and box.bottom <= size[1] - 1      # above the footer
+        findings = region_lines(app, "#findings")[:box.height]
+        assert findings[0].startswith("critical slot_saturation  ranks 0-7: slot table toward")
+        summary = findings[:1] + list(takewhile(lambda line: line.startswith("  ") and "fix:" not in line,
+                                                findings[1:]))
+        assert len(summary) >= 2 and summary[1].startswith("  ")  # hanging under the finding's first line
+        assert_wrapped_once(summary, app.query_one("#findings").content_region.width)
+
+    sample_at(size, check=check)
+
+
+def test_at_80_columns_the_lowest_columns_are_dropped_never_the_sorted_one():
+    async def scenario():
+        app = sample_app()
+        async with app.run_test(size=SMALL) as pilot:
+            await settle(app, pilot)
+            header = region_lines(app, "#ranks")[0]
+            assert header.split() == ["rank▲", "pid", "comm", "written", "WRITEs", "p99", "ms", "slot", "wait",
+                                      "blocked", "now"]
+            await pilot.press("s")                  # sorted by host: it is shown, the next lowest goes
+            await pilot.pause()
+            header = region_lines(app, "#ranks")[0]
+            header_titles_whole(header)
+            assert "host▲" in header and "pid" not in header and "mean WRITE" not in header
+    run(scenario())
+
+
+def test_the_findings_screen_wraps_once_to_its_width():
+    def check(app):
+        lines = region_lines(app, "#findings-text")
+        start = next(i for i, line in enumerate(lines) if "slot table toward" in line)
+        end = next(i for i, line in enumerate(lines) if line.strip().startswith("evidence:"))
+        summary = app.result.analysis["findings"][0]["summary"]
+        assert " ".join(w for line in lines[start:end] for w in line.split()) == " ".join(summary.split())
+        assert end - start >= 3
+        assert_wrapped_once(lines[start:end], app.screen.query_one("#findings-text").content_region.width)
+
+    sample_at(SMALL, "f", check=check)
+
+
+@pytest.mark.parametrize("size", [SMALL, LARGE], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_drill_down_header_breaks_between_items_only(size):
+    def check(app):
+        lines = [line.strip() for line in region_lines(app, "#rank-title")]
+        assert " · ".join(lines) == text(app, "#rank-title")
+        assert lines[0].startswith("rank 0 on vm · pids 200") and lines[-1].endswith("slot wait 16.00 s")
+        assert len(lines) == (1 if size == LARGE else 3)
+        # and the three tables are on screen: the files' last row above the footer
+        files = app.screen.query_one("#files").region
+        assert files.bottom <= size[1] - 1 and app.screen.max_scroll_y == 0
+
+    sample_at(size, "enter", check=check)
+
+
+# ---- snapshots at 80x24, 120x40 and 160x45 ----
 
 def test_snapshot_main_screen(cap, snap_compare):
     app = make_app(cap, poll_seconds=60)
@@ -502,7 +655,11 @@ def test_snapshot_main_screen(cap, snap_compare):
     assert snap_compare(app, terminal_size=SIZE, run_before=loaded)
 
 
-def test_snapshot_sample_main_screen(snap_compare):
+SIZES = [SMALL, SIZE, LARGE]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_sample_main_screen(snap_compare, size):
     app = sample_app()
 
     async def into_the_save(pilot):
@@ -510,10 +667,11 @@ def test_snapshot_sample_main_screen(snap_compare):
         await pilot.press(*["left"] * 8)             # 41.7 s: ranks blocked in write
         await settle(app, pilot)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=into_the_save)
+    assert snap_compare(app, terminal_size=size, run_before=into_the_save)
 
 
-def test_snapshot_sample_drill_down(snap_compare):
+@pytest.mark.parametrize("size", [SMALL, LARGE], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_sample_drill_down(snap_compare, size):
     app = sample_app()
 
     async def drill(pilot):
@@ -523,10 +681,11 @@ def test_snapshot_sample_drill_down(snap_compare):
         await pilot.press("enter")
         await settle(app, pilot)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=drill)
+    assert snap_compare(app, terminal_size=size, run_before=drill)
 
 
-def test_snapshot_help(cap, snap_compare):
+@pytest.mark.parametrize("size", [SMALL, SIZE], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_help(cap, snap_compare, size):
     app = make_app(cap, poll_seconds=60)
 
     async def help_(pilot):
@@ -534,7 +693,7 @@ def test_snapshot_help(cap, snap_compare):
         await pilot.press("question_mark")
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=help_)
+    assert snap_compare(app, terminal_size=size, run_before=help_)
 
 
 def test_snapshot_in_a_save_at_80x24(saves_cap, snap_compare):  # noqa: F811

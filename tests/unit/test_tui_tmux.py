@@ -1,10 +1,12 @@
 """`slotscope top` in a real terminal: tmux runs it at 120x40 on the shipped sample; the test
 waits for the rank table, sends keys, reads the screen with capture-pane, asserts what it
-shows, quits with q and checks the exit status. `slotscope demo --sample` on a terminal opens
-the same screen. Needs the tmux binary (dev.sh installs it); skipped without it, except in CI."""
+shows, quits with q and checks the exit status; at 80x24, what must be on the first screen is.
+`slotscope demo --sample` on a terminal opens the same screen. Needs the tmux binary (dev.sh
+installs it); skipped without it, except in CI."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -43,11 +45,11 @@ class Tmux:
             raise AssertionError(f"tmux {' '.join(args)}: {res.stderr}")
         return res.stdout
 
-    def start(self, *command: str) -> None:
+    def start(self, *command: str, size: tuple[int, int] = (WIDTH, HEIGHT)) -> None:
         line = " ".join(shlex.quote(c) for c in command)
         # COLUMNS/LINES from the test's environment would override the pane's size
         shell = f"unset COLUMNS LINES; {line}; echo EXIT=$? > {shlex.quote(str(self.exit_file))}; sleep 60"
-        self.tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", str(HEIGHT), shell)
+        self.tmux("new-session", "-d", "-s", self.session, "-x", str(size[0]), "-y", str(size[1]), shell)
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", self.session)
@@ -94,7 +96,7 @@ def test_top_in_a_real_terminal(tmux):
         assert rank_rows(screen) == [str(i) for i in range(8)]
         assert "REPLAY" in screen and "cursor 52.2 s / 52.2 s" in screen
         assert "slots & link" in screen and "10.0.0.1:2049 in use" in screen and "limit 2" in screen
-        assert "RPC latency per procedure" in screen and "WRITE          1,024" in screen
+        assert "RPC latency per procedure" in screen and "WRITE         1,024" in screen
         assert "fix: raise the transport slot table" in screen
         assert len(max(screen.splitlines(), key=len)) <= WIDTH
 
@@ -125,10 +127,31 @@ def test_top_in_a_real_terminal(tmux):
 
         tmux.keys("[")                                      # back to the start of the sample's one save
         screen = tmux.wait_for("cursor 21.2 s / 52.2 s", "save 1 of 1 · 4.0 MiB in 23.5 s · ckpt/: 8 files")
-        assert "[ prev save  ] next save" in screen
+        assert "[] saves" in screen
         tmux.keys("]")                                      # no save after it: one line says so
         tmux.wait_for("save 1 of 1 is the last")
 
+        tmux.keys("q")
+        assert tmux.exit_status() == "EXIT=0"
+    finally:
+        tmux.close()
+
+
+def test_top_at_80x24_shows_the_verdict_rpc_split_and_first_ranks(tmux):
+    from slotscope.cli.demo import sample_path
+    try:
+        tmux.start(*slotscope_command(), "top", sample_path(), size=(80, 24))
+        screen = tmux.wait_for("rank▲", "verdict: slot_saturation", "Findings (2)")
+        lines = screen.splitlines()
+        assert lines[0].startswith(" verdict: slot_saturation (critical)")
+        # the first four ranks: rank, pid, comm (the host is left out at 80 columns)
+        assert [line.split()[0] for line in lines if re.match(r" *\d+ +\d+ +python ", line)] == ["0", "1", "2", "3"]
+        header = next(line for line in lines if line.startswith("rank▲"))
+        assert header.split() == ["rank▲", "pid", "comm", "written", "WRITEs", "p99", "ms", "slot", "wait",
+                                  "blocked", "now"]
+        write = next(i for i, line in enumerate(lines) if line.startswith(" WRITE "))
+        assert "█" * 12 in lines[write] and lines[write + 1].startswith(" CREATE ")
+        assert "? help" in lines[-1] and "f findings" in lines[-1]
         tmux.keys("q")
         assert tmux.exit_status() == "EXIT=0"
     finally:
