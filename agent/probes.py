@@ -23,8 +23,8 @@ from slotscope.capture.syscalls import OPS
 
 from . import kernel
 from .identity import RANK_VARS
-from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RPC_EVENT,
-                      SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
+from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RINGS,
+                      RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .ringbuf import RingReader, record_size
 from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
@@ -427,6 +427,11 @@ class Loaded:
     def asked(self, timeout: float) -> bool:
         """Whether the kernel asks for a drain (forces a wakeup) within `timeout` s."""
         return bool(self._epoll.poll(timeout))
+
+    def forced_wakeups(self) -> dict[str, int]:
+        """How many times the programs woke the agent, per ring (bpf/common.h wake_flags)."""
+        woken = self.bpf[b"woken"]
+        return {ring: int(sum(woken[ctypes.c_int(i)])) for i, ring in enumerate(RINGS) if ring in self.rings}
 
     def loss_totals(self) -> dict[str, int]:
         return {name: int(sum(self._loss[ctypes.c_int(i)])) for i, name in enumerate(LOSS_COUNTERS)}

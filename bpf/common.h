@@ -17,15 +17,24 @@ static __always_inline void count_loss(int idx)
  * that it drains before the ring overflows. The agent waits with epoll, edge-triggered:
  * only these forced wakeups end its wait. */
 BPF_PERCPU_ARRAY(unwoken, u32, NRINGS);
+BPF_PERCPU_ARRAY(woken, u64, NRINGS);     /* forced wakeups per ring: what they cost, seen from user space */
+
+static __always_inline u64 force_wakeup(int ring)
+{
+    u64 *w = woken.lookup(&ring);
+    if (w)
+        (*w)++;
+    return BPF_RB_FORCE_WAKEUP;
+}
 
 static __always_inline u64 wake_flags(int ring, u32 every, int urgent)
 {
     u32 *n = unwoken.lookup(&ring);
     if (!n)
-        return urgent ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+        return urgent ? force_wakeup(ring) : BPF_RB_NO_WAKEUP;
     if (urgent || ++*n >= every) {
         *n = 0;
-        return BPF_RB_FORCE_WAKEUP;
+        return force_wakeup(ring);
     }
     return BPF_RB_NO_WAKEUP;
 }
