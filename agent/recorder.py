@@ -38,6 +38,7 @@ OWN_TABLES = ("procs", "blocked", "loss", "agent")
 NUMBER = "{n}"          # in -o: the number of the capture, for a recording of several (SIGUSR1)
 COMMAND_GRACE = 5.0     # s a traced command has to end after SIGTERM (or Ctrl-C) before SIGKILL
 QUIT = "q"              # the stop reason when the TUI watching the recording quits (record --tui)
+DURATION = "duration reached"
 
 
 class RecordError(Exception):
@@ -340,7 +341,7 @@ class Recorder:
             if proc is not None and proc.poll() is not None:
                 self.stop_reason = "command exited"
             elif deadline and time.monotonic() >= deadline:
-                self.stop_reason = "duration reached"
+                self.stop_reason = DURATION
             elif self.next_requested:
                 self._next_capture()
             else:
@@ -354,10 +355,11 @@ class Recorder:
         _empty(self._wake_r)
 
     def _end_command(self) -> None:
-        """A stop by the user (Ctrl-C, SIGTERM, q) ends the traced command too, traced to its end:
-        SIGTERM to its process group, SIGKILL after COMMAND_GRACE s. (--duration leaves it running.)"""
+        """A stop before the traced command's end (Ctrl-C, SIGTERM, q, --duration) ends it too,
+        traced to its end: SIGTERM to its process group, SIGKILL after COMMAND_GRACE s. Left
+        running, it would go on untraced, reparented away from the user who started it."""
         proc = self.proc
-        if proc is None or self.stop_reason not in ("SIGINT", "SIGTERM", QUIT):
+        if proc is None:
             return
         if self.stop_reason == "SIGINT" and not proc.own_group:
             self._drain_until_exit(COMMAND_GRACE)      # the terminal's Ctrl-C reached it too

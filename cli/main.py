@@ -292,7 +292,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", metavar="DIR",
                    help="capture directory to create (local disk); with {n} in it, each SIGUSR1 ends the "
                         "capture and starts the next, numbered from 1, without loading the probes again")
-    r.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after this many seconds")
+    r.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after this many seconds (a traced -- COMMAND still running is stopped too)")
     r.add_argument("--max-size", type=size, metavar="SIZE",
                    help="at most this much capture (e.g. 500M, 2G); past it rows are counted as lost, not "
                         "written (default: half the free space of its filesystem at the start)")

@@ -106,3 +106,19 @@ def test_sigterm_to_record_stops_the_traced_command(bpf_ready, tmp_path, ignore_
     finally:
         agent.kill()
         kill_what_is_left(pids)
+
+
+def test_duration_stops_the_traced_command(bpf_ready, tmp_path):
+    """--duration before the command's end: the command is stopped too, never left running."""
+    pids, cap = tmp_path / "pids", tmp_path / "cap"
+    agent = start_slotscope("record", "-o", str(cap), "--path", str(tmp_path), "-q", "--duration", "3",
+                            "--", *command(pids), stdin=subprocess.DEVNULL)
+    try:
+        wait_recording(agent)
+        wait_for_pids(pids)
+        assert agent.wait(60) == SIGTERM_STATUS
+        assert "stopped the traced command: SIGTERM to its process group" in agent.stderr.read()
+        assert_stopped(pids, cap, "duration reached")
+    finally:
+        agent.kill()
+        kill_what_is_left(pids)
