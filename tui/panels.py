@@ -25,7 +25,7 @@ from slotscope.analyzer.units import clock, ms, pids, rate, round_rate, seconds,
 from slotscope.analyzer.view import Overview, RankRow, next_save, save_at
 
 from .flow import Flow, Para
-from .ranktable import Column, fit, fit_columns
+from .ranktable import Column, fit, fit_columns, fit_path
 
 SPARK = " ▁▂▃▄▅▆▇█"
 LABEL_W = 24          # the transport panel's label column
@@ -551,9 +551,14 @@ class RankScreen(Screen):
                                  *(ms(means[part.key]) for part in SPLIT), ms(means["execute_ns"]),
                                  ms(p["p99_ns"])))
         self.fill(self.query_one("#rpcs", DataTable), RPC_COLUMNS, rpc_rows)
-        self.fill(self.query_one("#files", DataTable), ("file", "written", "calls", "total ms", "max ms"), [
-            (f.path, size(f.bytes), f"{f.calls:,}", ms(f.total_ns), ms(f.max_ns))
-            for f in (detail.files if detail else [])])
+        files = self.query_one("#files", DataTable)
+        rows = [(f.path, size(f.bytes), f"{f.calls:,}", ms(f.total_ns), ms(f.max_ns))
+                for f in (detail.files if detail else [])]
+        titles = ("file", "written", "calls", "total ms", "max ms")
+        # The numbers whole, the paths cut from the left to what is left of the screen's width.
+        numbers = sum(max([len(t)] + [len(r[i]) for r in rows]) for i, t in enumerate(titles) if i)
+        room = max(16, (self.size.width or self.app.size.width) - numbers - 2 * files.cell_padding * len(titles) - 2)
+        self.fill(files, titles, [(fit_path(r[0], room), *r[1:]) for r in rows])
         self._arrange()
 
 

@@ -42,6 +42,11 @@ def fit(text: str, width: int, right: bool) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
+def fit_path(path: str, width: int) -> str:
+    """A path cut to `width` from the left, where its directories are: the file's name stays."""
+    return path if len(path) <= width else "…" + path[len(path) - max(width - 1, 0):]
+
+
 def fit_columns(columns: list[Column], width: int, keep: int | None = None) -> list[tuple[int, int]]:
     """(index, width) of the columns shown in `width` cells, in their order, one space apart.
     Columns that do not fit are dropped whole, lowest priority first, never `keep` (the sorted

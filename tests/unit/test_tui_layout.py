@@ -8,7 +8,7 @@ from rich.text import Text
 
 from slotscope.tui.flow import Flow, Para
 from slotscope.tui.panels import BAR_W, RpcPanel
-from slotscope.tui.ranktable import Column, fit_columns
+from slotscope.tui.ranktable import Column, fit_columns, fit_path
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +87,30 @@ def test_rpc_panel_drops_p99_first_and_keeps_the_bar():
     wide, narrow = (RpcPanel(BY_PROC).lines(w)[0].plain.split() for w in (118, 78))
     assert wide == ["procedure", "count", "█slot", "█xmit", "█rtt", "█rest", "execute", "p99", "split"]
     assert narrow == ["procedure", "count", "█slot", "█xmit", "█rtt", "█rest", "execute", "split"]
+
+
+def test_a_long_path_is_cut_from_the_left_to_keep_the_file_name():
+    assert fit_path("/mnt/ckpt/rank0/model.bin", 40) == "/mnt/ckpt/rank0/model.bin"
+    assert fit_path("/mnt/ckpt/rank0/model.bin", 12) == "…0/model.bin"
+    assert len(fit_path("/a" * 50, 20)) == 20 and fit_path("/a" * 50 + "/model.bin", 20).endswith("/model.bin")
+
+
+def test_drill_down_at_80_columns_keeps_every_file_column_whole(build_capture):
+    """Paths longer than the screen: the numbers stay whole, the paths are cut from the left."""
+    from test_tui_app import PROCS, SMALL, SYSCALLS, make_app, run, settle
+    deep = "/mnt/" + "a-long-directory/" * 6
+    cap = build_capture(syscalls=[dict(r, path=deep + r["path"].rsplit("/", 1)[-1]) if r.get("path") else r
+                                  for r in SYSCALLS], procs=PROCS)
+
+    async def scenario():
+        app = make_app(cap)
+        async with app.run_test(size=SMALL) as pilot:
+            await settle(app, pilot)
+            await pilot.press("enter")
+            await settle(app, pilot)
+            files = app.screen.query_one("#files")
+            assert [c.label.plain for c in files.columns.values()] == ["file", "written", "calls", "total ms", "max ms"]
+            assert sum(c.get_render_width(files) for c in files.columns.values()) <= SMALL[0]
+            paths = [files.get_row_at(i)[0] for i in range(files.row_count)]
+            assert paths and all(p.startswith("…") and p.endswith(("/optim", "/shard")) for p in paths), paths
+    run(scenario())
