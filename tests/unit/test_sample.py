@@ -1,5 +1,6 @@
 """The shipped sample: a real capture of an NFS checkpoint storm, recorded by the agent in the VM."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -45,3 +46,21 @@ def test_analyze_gives_arrow_the_system_allocator(capsys):
     finally:
         pa.set_memory_pool(before)
     assert json.loads(capsys.readouterr().out)["verdict"] == "slot_saturation"
+
+
+def test_sample_without_its_syscall_table_still_finds_the_small_writes(tmp_path):
+    """The sample's WRITEs have their writers from the owners table (lock context), not from the
+    syscalls: without any syscall rows (not traced, or every segment unreadable) the small
+    synchronous WRITEs are still charged to the 8 ranks, and the finding spans the save window."""
+    from slotscope.analyzer.analysis import analyze
+    from slotscope.analyzer.job import Job
+    from slotscope.cli.demo import sample_path
+    cap = tmp_path / "cap"
+    shutil.copytree(sample_path(), cap)
+    shutil.rmtree(cap / "syscall")
+    result = analyze(Job.open([str(cap)]), "0")
+    [f] = [f for f in result["findings"] if f["kind"] == "small_sync_writes"]
+    assert f["severity"] == "warning" and f["ranks"] == list(range(8))
+    assert (f["evidence"]["ranks_affected"], f["evidence"]["ranks"]) == (8, 8)
+    assert "from 8 of 8 ranks" in f["summary"]
+    assert (f["start"], f["end"]) == (result["window"]["start"], result["window"]["end"])
