@@ -385,6 +385,9 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
     savers = ctx.savers()
     keys = {(g["host"], g["rank"], g["solo"]) for g in hit}
     entries = [r for r in savers if rank_key(r) in keys]
+    # The WRITEs' owners (nfs_io) may be known without their syscalls (none traced, or none
+    # readable): then the ranks are those that sent WRITEs, and the finding spans the save window.
+    ranks = len(savers) or len(per)
     stable = {STABLE_NAMES.get(k, str(k)): v for k, v in
               zip(*np.unique(writes["io_stable"].to_numpy(zero_copy_only=False), return_counts=True))}
     sizes = writes["io_count"].to_numpy(zero_copy_only=False)
@@ -398,20 +401,21 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
     ev = {"small_sync_rpcs": n_small, "write_rpcs": writes.num_rows,
           "share": round(n_small / writes.num_rows, 3), "mean_write_bytes": round(mean_size),
           "stable": {k: int(v) for k, v in stable.items()}, "size_histogram": hist,
-          "ranks_affected": len(hit), "ranks": len(savers),
+          "ranks_affected": len(hit), "ranks": ranks,
           "per_rank": [{"rank": g["rank"], "pid": g["solo"], "host": g["host"], "small_sync": g["small_sync_sum"],
                         "writes": g["small_sync_count"], "mean_bytes": round(g["io_count_mean"])}
                        for g in sorted(hit, key=lambda g: (-g["small_sync_sum"], g["rank"] is None, g["rank"] or 0))[:20]]}
-    severity = "warning" if len(hit) >= th.small_sync_rank_share * max(len(savers), 1) else "info"
+    severity = "warning" if len(hit) >= th.small_sync_rank_share * ranks else "info"
     summary = (f"{n_small:,} of {plural(writes.num_rows, 'WRITE RPC')} are small and synchronous (under "
                f"{size(th.small_write_bytes)}, stable; mean {size(mean_size)}) from {len(hit)} of "
-               f"{plural(len(savers), 'rank')}: each waits a round trip and a server-side sync")
+               f"{plural(ranks, 'rank')}: each waits a round trip and a server-side sync")
     fix = ("write through the page cache in large chunks (at least the mount's wsize), drop O_SYNC/O_DSYNC and "
            "per-write fsync, and fsync once when the file is complete; the client then sends large UNSTABLE "
            "WRITEs and one COMMIT")
-    span = [r for r in entries] or savers
-    return [Finding("small_sync_writes", severity, summary, min(r["save_start_ns"] for r in span),
-                    max(r["save_end_ns"] for r in span), ev, fix, rank_ids(entries),
+    span = entries or savers
+    start, end = ((min(r["save_start_ns"] for r in span), max(r["save_end_ns"] for r in span)) if span
+                  else ctx.window or (None, None))
+    return [Finding("small_sync_writes", severity, summary, start, end, ev, fix, rank_ids(entries or hit),
                     [k for k in ctx.top_syscalls(entries) if k in WRITE_SYSCALLS], _servers(ctx))]
 
 

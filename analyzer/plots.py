@@ -31,7 +31,7 @@ from .plot_data import (HEATMAP_BINS, MAX_STEP_POINTS, RankCalls, SaveSpan, Step
                         latency_split, link_rates, occupancy, rank_calls, size_histogram, write_sizes)
 from .ranks import rank_name
 from .rpcs import REST, SPLIT
-from .units import clock, ms, plural, round_rate
+from .units import clock, ms, pct, plural, round_rate
 
 # Layout of the time plots, in inches: every one has the same width and margins, so their
 # axes line up when the SVGs are stacked at their natural size.
@@ -300,7 +300,7 @@ def _link_plot(ctx: TimeContext, result: dict) -> Plot:
         if speed:
             ax.axhline(speed, color=C_CAPACITY, linestyle=(0, (5, 4)), linewidth=1.1, zorder=4,
                        label=f"capacity {round_rate(speed)}")
-            util = "" if p.peak_util is None else f"  (peak {100 * p.peak_util:.1f}% of capacity)"
+            util = "" if p.peak_util is None else f"  (peak {pct(p.peak_util)} of capacity)"
         else:
             ax.text(0.99, 0.92, "capacity unknown (the interface reports no speed)", transform=ax.transAxes,
                     ha="right", va="top", fontsize=8, color="#444444", zorder=5,

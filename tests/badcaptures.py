@@ -7,8 +7,13 @@ What a case must get, from analyze, analyze --json, dump, export --parquet and t
 - ERROR: exit status 1 and one line, `slotscope: ...` naming the problem (`phrase` in it);
 - SALVAGE: exit status 0, the rest read, and the damage reported (`phrase` in a problem line);
 - CLEAN: a change the format allows (DESIGN: a segment without a newer column, a newer
-  segment with one more) or that the format cannot see (a flipped number: no checksums yet),
-  read whole, no problem reported.
+  segment with one more) or that the format cannot see (a flipped number in a capture from
+  before checksums), read whole, no problem reported.
+
+The sample's segments carry checksums (format 1.1): a byte flipped in place is a checksum
+mismatch before anything else looks at it. The cases about what the reader's own checks find
+(a damaged footer, batch or string) read a copy from before checksums (Case.checksums False):
+what a capture of format 1.0, or a segment whose line a crash kept from being written, gets.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -33,6 +39,8 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from slotscope.capture.format import CHECKSUMS
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "analyzer" / "sample"
@@ -54,12 +62,17 @@ class Case:
     table: str = "rpc"                        # what `dump -t` prints
     as_nobody: bool = False                   # read as an ordinary user (root reads through any mode)
     exceptions: dict = field(default_factory=dict)   # command -> (outcome, phrase) where it differs
+    checksums: bool = True                    # False: the copy made a capture from before checksums
 
 
 # ---- damage: files ------------------------------------------------------------------------------
 
 def _seg(cap: Path, table: str = "rpc", n: int = 1) -> Path:
     return cap / table / f"{n:06d}.arrow"
+
+
+def _last(cap: Path, table: str = "rpc") -> Path:
+    return max((cap / table).glob("*.arrow"))
 
 
 def _cut(path: Path, keep) -> None:
@@ -100,8 +113,27 @@ def _read(path: Path) -> pa.Table:
 
 
 def _write(path: Path, table: pa.Table, options=None) -> None:
+    """A segment as a writer writes it: with its checksum line."""
     with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema, options=options) as w:
         w.write_table(table)
+    _seal(path)
+
+
+def _seal(seg: Path) -> None:
+    """The segment's line in its folder's checksums file (size, CRC-32) made the one its bytes
+    have now, as the writer that wrote them would record it."""
+    sums = seg.parent / CHECKSUMS
+    lines = [line for line in (sums.read_text().splitlines() if sums.exists() else [])
+             if line.split()[:1] != [seg.name]]
+    data = seg.read_bytes()
+    sums.write_text("".join(f"{line}\n" for line in lines + [f"{seg.name} {len(data)} {zlib.crc32(data):08x}"]))
+
+
+def _before_checksums(cap: Path) -> None:
+    """The copy made a capture of format 1.0: no checksums files, meta.json's format_minor 0."""
+    for sums in cap.glob(f"*/{CHECKSUMS}"):
+        sums.unlink()
+    _meta(cap, format_minor=0)
 
 
 def _rewrite(cap: Path, table: str, change: Callable[[pa.Table], pa.Table], which=(1,)) -> None:
@@ -192,6 +224,7 @@ def _rows_without_bytes(cap: Path) -> None:
     _write(seg, pa.table({"server": pa.nulls(123457)}, schema=schema))
     data = seg.read_bytes().replace(struct.pack("<q", 123457), struct.pack("<q", 10**15))
     seg.write_bytes(data)
+    _seal(seg)                         # made so, not damaged on disk
 
 
 def _thin_and_long(cap: Path) -> None:
@@ -231,6 +264,16 @@ def _dictionary_index_out_of_range(cap: Path) -> None:
     fsync = pa.DictionaryArray.from_arrays(pa.array([1] * t.num_rows, pa.int8()), pa.array(["?", "fsync"]))
     _write(seg, t.set_column(t.column_names.index("syscall"), "syscall", fsync))
     _patch(seg, lambda d: d.index(b"\x01" * t.num_rows), b"\x7f" * t.num_rows)
+    _seal(seg)                         # made so, not damaged on disk
+
+
+def _flip_batch_header(cap: Path) -> None:
+    _patch(_seg(cap), _messages(_seg(cap))[1][0] + 8, b"\xff" * 32)
+
+
+def _flip_number(cap: Path) -> None:
+    """A byte of a number in the first batch's body: the batch still reads, with another value."""
+    _patch(_seg(cap), _messages(_seg(cap))[1][1] + 20, b"\x55")
 
 
 def _duplicate_column(cap: Path) -> None:
@@ -282,7 +325,7 @@ def _cases() -> list[Case]:
     add("trunc_rpc_to_magic", lambda p: _cut(_seg(p), 8), SALVAGE, schema_cut)
     add("trunc_rpc_to_3_bytes", lambda p: _cut(_seg(p), 3), SALVAGE, not_arrow)
     add("trunc_rpc_empty", lambda p: _cut(_seg(p), 0), SALVAGE, not_arrow)
-    add("trunc_rpc_last_segment", lambda p: _cut(_seg(p, n=19), lambda n: n * 2 // 3), SALVAGE, truncated)
+    add("trunc_rpc_last_segment", lambda p: _cut(_last(p), lambda n: n * 2 // 3), SALVAGE, truncated)
     add("trunc_every_rpc_segment", lambda p: [_cut(s, lambda n: n // 2) for s in (p / "rpc").glob("*.arrow")],
         SALVAGE, truncated)
     add("trunc_syscall_in_dictionary",
@@ -294,31 +337,39 @@ def _cases() -> list[Case]:
     add("trunc_meta_half", lambda p: _cut(p / "meta.json", lambda n: n // 2), ERROR, "meta.json: unreadable")
     add("trunc_meta_empty", lambda p: _cut(p / "meta.json", 0), ERROR, "meta.json: unreadable")
 
-    # byte flips in bodies and footers
+    # byte flips in bodies and footers; those the checksums would answer first read a copy from
+    # before checksums (their own checks are what is tested), and two of them the sample as it is
+    damaged = ": damaged ("            # the reader's own finding, not '(damaged on disk)'
     add("flip_leading_magic", lambda p: _patch(_seg(p), 0, b"ARROW2"), SALVAGE, not_arrow)
-    add("flip_trailing_magic", lambda p: _patch(_seg(p), lambda d: len(d) - 6, b"ARROW2"), SALVAGE, truncated)
+    add("flip_trailing_magic", lambda p: _patch(_seg(p), lambda d: len(d) - 6, b"ARROW2"), SALVAGE, truncated,
+        checksums=False)
     add("flip_footer_length", lambda p: _patch(_seg(p), lambda d: len(d) - 10, b"\xff\xff\xff\x7f"), SALVAGE,
-        "footer damaged")
+        "footer damaged", checksums=False)
     add("flip_footer_flatbuffer", lambda p: _patch(_seg(p), _footer(_seg(p))[0], b"\xff" * 16), SALVAGE,
-        "footer damaged")
+        "footer damaged", checksums=False)
     add("flip_footer_block_offsets",
-        lambda p: _patch(_seg(p), sum(_footer(_seg(p))) - 40, b"\x13" * 24), SALVAGE, "footer damaged")
+        lambda p: _patch(_seg(p), sum(_footer(_seg(p))) - 40, b"\x13" * 24), SALVAGE, "footer damaged",
+        checksums=False)
     add("flip_footer_zeroed", lambda p: _patch(_seg(p), _footer(_seg(p))[0], b"\0" * _footer(_seg(p))[1]),
-        SALVAGE, "footer damaged")
+        SALVAGE, "footer damaged", checksums=False)
     add("flip_schema_continuation", lambda p: _patch(_seg(p), 8, b"\0\0\0\0"), SALVAGE, "schema damaged")
     add("flip_schema_flatbuffer", lambda p: _patch(_seg(p), 16, b"\xff" * 24), SALVAGE, "schema damaged")
     add("flip_batch_continuation", lambda p: _patch(_seg(p), _messages(_seg(p))[2][0], b"\x01\x02\x03\x04"),
-        SALVAGE, "damaged")
+        SALVAGE, damaged, checksums=False)
     add("flip_batch_metadata_length",
-        lambda p: _patch(_seg(p), _messages(_seg(p))[1][0] + 4, b"\xff\xff\xff\x7f"), SALVAGE, "damaged")
-    add("flip_batch_header",
-        lambda p: _patch(_seg(p), _messages(_seg(p))[1][0] + 8, b"\xff" * 32), SALVAGE, "damaged")
+        lambda p: _patch(_seg(p), _messages(_seg(p))[1][0] + 4, b"\xff\xff\xff\x7f"), SALVAGE, damaged,
+        checksums=False)
+    add("flip_batch_header", _flip_batch_header, SALVAGE, damaged, checksums=False)
     add("flip_syscall_dictionary_utf8", lambda p: _patch(_seg(p, "syscall"), lambda d: d.index(b"pwrite64"),
-                                                         b"\xff\xfe"), SALVAGE, "damaged", table="syscall")
+                                                         b"\xff\xfe"), SALVAGE, damaged, table="syscall",
+        checksums=False)
     add("flip_syscall_path_utf8", lambda p: _patch(_seg(p, "syscall"), lambda d: d.index(b"/mnt/nfs"), b"\xc3\x28"),
-        SALVAGE, "damaged", table="syscall")
-    add("flip_syscall_dictionary_index", _dictionary_index_out_of_range, SALVAGE, "damaged", table="syscall")
-    add("flip_rpc_number_unseen", lambda p: _patch(_seg(p), _messages(_seg(p))[1][1] + 20, b"\x55"), CLEAN)
+        SALVAGE, damaged, table="syscall", checksums=False)
+    add("flip_syscall_dictionary_index", _dictionary_index_out_of_range, SALVAGE, damaged, table="syscall")
+    add("flip_rpc_number_unseen", _flip_number, CLEAN, checksums=False)
+    checksum = "rpc/000001.arrow: checksum mismatch (damaged on disk), skipped"
+    add("flip_rpc_number_checksummed", _flip_number, SALVAGE, checksum)
+    add("flip_batch_header_checksummed", _flip_batch_header, SALVAGE, checksum)
 
     # foreign files
     add("foreign_zip_segment", lambda p: _seg(p, n=20).write_bytes(b"PK\x03\x04" + b"\0" * 200), SALVAGE, not_arrow)
@@ -511,6 +562,8 @@ def build(case: Case, root: Path) -> Path:
     cap = home / "capture"
     shutil.copytree(SAMPLE, cap)
     _modes(cap, 0o755, 0o644)
+    if not case.checksums:
+        _before_checksums(cap)
     other = case.damage(cap)
     return other if isinstance(other, Path) else cap
 

@@ -5,7 +5,7 @@ from unit_helpers import REPO, assert_one_line_error, run_slotscope
 
 pytestmark = pytest.mark.unit
 
-SAMPLE = str(REPO / "analyzer" / "sample")      # 8 ranks, recorded 18:03:19 .. 18:04:11 UTC
+SAMPLE = str(REPO / "analyzer" / "sample")      # 8 ranks, recorded 04:55:45 .. 04:56:10 UTC
 
 
 def test_a_rank_the_capture_does_not_hold():
@@ -17,7 +17,7 @@ def test_a_rank_the_capture_does_not_hold():
 
 def test_a_window_that_selects_nothing_or_is_reversed():
     assert_one_line_error(run_slotscope("analyze", "--since", "3000", SAMPLE),
-                          "nothing was recorded in the window", "the capture spans 2026-12-02T18:03:19.160")
+                          "nothing was recorded in the window", "the capture spans 2026-12-05T04:55:45.167")
     assert_one_line_error(run_slotscope("analyze", "--json", "--since", "30", "--until", "20", SAMPLE),
                           "--since 30 is not before --until 20")
     assert run_slotscope("analyze", "--since", "20", "--until", "30", SAMPLE).returncode == 0

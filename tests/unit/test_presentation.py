@@ -112,8 +112,8 @@ def test_html_evidence_has_labels_units_and_one_number_style(sample):
     page = render_html(job, result)
     cells = re.findall(r'<table class="evidence">.*?</table>', page, re.S)
     text = " ".join(re.sub(r"<[^>]+>", " ", c) for c in cells)
-    assert "Little&#x27;s-law ceiling (slots x WRITE / hold)" in text and "185.7 KiB/s" in text
-    assert "throughput while sending" in text and "183.8 KiB/s" in text and "126 ms" in text
+    assert "Little&#x27;s-law ceiling (slots x WRITE / hold)" in text and "245.4 KiB/s" in text
+    assert "throughput while sending" in text and "237.8 KiB/s" in text and "94.6 ms" in text
     assert not re.search(r"\d{4}", text.replace(",", "")) or not re.search(r"(?<![\d,.])\d{4,}", text), text
 
 

@@ -23,6 +23,7 @@ from slotscope.capture.reader import Capture
 from slotscope.analyzer.job import Job, utc_ns
 from slotscope.analyzer.plot_data import SaveSpan, TimeContext
 from slotscope.analyzer.report_html import write_html
+from slotscope.analyzer.thresholds import Thresholds
 from slotscope.analyzer.units import clock
 from unit_helpers import (REPO, START_NS, THREE_SAVES, assert_one_line_error, proc, run_slotscope, sc,
                           three_saves)
@@ -195,8 +196,13 @@ def test_sample_report_has_five_svg_plots_and_no_external_urls(sample_report):
     # several inline SVGs in one document: no id may repeat
     ids = [a["id"] for _, a in page.tags if "id" in a]
     assert len(ids) == len(set(ids))
-    # the sample's interface reports no speed: the link plot says so
-    assert "capacity unknown" in " ".join(page.figures["link"]["svg_text"])
+    # the sample's link reports 10 Gb/s: its plot draws the capacity and says how little of it the
+    # save used (the peak, 0.031%, not rounded to '0.0%')
+    link_text = " ".join(page.figures["link"]["svg_text"])
+    [ev] = [f["evidence"] for f in result["findings"] if f["kind"] == "slot_saturation"]
+    assert ev["link_speed_bps"] == 10_000_000_000 and 0.0003 < ev["link_peak_util"] < 0.00035
+    assert "capacity 10 Gb/s" in link_text and "(peak 0.031% of capacity)" in link_text
+    assert "capacity unknown" not in link_text
     assert "limit: 2 transport slots" in " ".join(page.figures["occupancy"]["svg_text"])
     ranks_text = " ".join(page.figures["ranks"]["svg_text"])
     assert all(f"rank {r}" in ranks_text for r in range(8)) and "write" in ranks_text
@@ -305,10 +311,10 @@ def test_the_time_axis_carries_one_span_per_save(build_capture):
 def test_every_time_plot_marks_each_save(tmp_path):
     from slotscope.analyzer.plots import C_SAVE
     cap = Capture.open(SAMPLE)
-    shift = cap.meta["stop"]["monotonic_ns"] - cap.meta["start"]["monotonic_ns"]      # tiled_sample's
+    shift = tile_shift(cap.meta)
     one = analyze(Job.open([SAMPLE]), "test")["saves"]
     assert len(one) == 1
-    path = tiled_sample(str(tmp_path / "three"), copies=3, speed_bps=10_000_000_000)
+    path = tiled_sample(str(tmp_path / "three"), copies=3)
     result, text, page = report([path], tmp_path)
     assert len(result["saves"]) == 3
     expected = [SaveSpan(i + 1, utc_ns(one[0]["start"]) + i * shift, utc_ns(one[0]["end"]) + i * shift)
@@ -399,11 +405,18 @@ def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, names=schema.names).cast(schema)
 
 
-def tiled_sample(dst: str, copies: int, speed_bps: int | None = None, skip=()) -> str:
-    """The sample `copies` times one after the other, each copy with its own 8 ranks."""
+def tile_shift(meta: dict) -> int:
+    """How far apart tiled_sample lays its copies: the capture's length and the quiet time that
+    separates saves (the sample's own quiet time before and after its save is 7.6 s, less)."""
+    return meta["stop"]["monotonic_ns"] - meta["start"]["monotonic_ns"] + int(Thresholds().save_gap_s * 1e9)
+
+
+def tiled_sample(dst: str, copies: int, no_speed: bool = False, skip=()) -> str:
+    """The sample `copies` times one after the other, each copy with its own 8 ranks and a save
+    of its own; no_speed: its link reports no speed (the sample's reports 10 Gb/s)."""
     cap = Capture.open(SAMPLE)
     m = dict(cap.meta)
-    span = m["stop"]["monotonic_ns"] - m["start"]["monotonic_ns"]
+    span = tile_shift(m)
     m["stop"] = {**m["stop"], "monotonic_ns": m["stop"]["monotonic_ns"] + span * (copies - 1),
                  "realtime_ns": m["stop"]["realtime_ns"] + span * (copies - 1)}
     w = CaptureWriter(dst)
@@ -424,9 +437,9 @@ def tiled_sample(dst: str, copies: int, speed_bps: int | None = None, skip=()) -
             if name == "netdev":
                 for col in ("tx_bytes", "rx_bytes"):          # counters keep counting up
                     p = _add(p, col, i * int(pc.max(t[col]).as_py() - pc.min(t[col]).as_py()))
-                if speed_bps:
+                if no_speed:
                     p = p.set_column(p.schema.get_field_index("speed_bps"), "speed_bps",
-                                     pa.array([speed_bps] * p.num_rows, pa.int64()))
+                                     pa.nulls(p.num_rows, pa.int64()))
             parts.append(p)
         w.append(name, conform(pa.concat_tables(parts), schema(name)))
     w.close()
@@ -434,7 +447,7 @@ def tiled_sample(dst: str, copies: int, speed_bps: int | None = None, skip=()) -
 
 
 def test_large_capture_many_ranks_stays_small_and_aligned(tmp_path):
-    path = tiled_sample(str(tmp_path / "big"), copies=10, speed_bps=10_000_000_000)
+    path = tiled_sample(str(tmp_path / "big"), copies=10)
     job = Job.open([path])
     assert job.table("slots").num_rows > 50_000
     result, text, page = report([path], tmp_path)
@@ -448,6 +461,14 @@ def test_large_capture_many_ranks_stays_small_and_aligned(tmp_path):
     link_text = " ".join(page.figures["link"]["svg_text"])
     assert "capacity 10 Gb/s" in link_text and "capacity unknown" not in link_text
     assert "reduced to" in text                         # the long occupancy series was binned
+
+
+def test_link_plot_says_when_the_capacity_is_unknown(tmp_path):
+    path = tiled_sample(str(tmp_path / "nospeed"), copies=1, no_speed=True)
+    _, _, page = report([path], tmp_path)
+    link_text = " ".join(page.figures["link"]["svg_text"])
+    assert "capacity unknown (the interface reports no speed)" in link_text and "capacity 10 Gb/s" not in link_text
+    assert "of capacity" not in link_text
 
 
 def test_rpcs_without_link_samples(tmp_path):

@@ -1,7 +1,9 @@
 """The shipped sample: a real capture of an NFS checkpoint storm, recorded by the agent in the VM."""
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +47,48 @@ def test_analyze_gives_arrow_the_system_allocator(capsys):
     finally:
         pa.set_memory_pool(before)
     assert json.loads(capsys.readouterr().out)["verdict"] == "slot_saturation"
+
+
+def test_sample_without_its_syscall_table_still_finds_the_small_writes(tmp_path):
+    """The sample's WRITEs have their writers from the owners table (lock context), not from the
+    syscalls: without any syscall rows (not traced, or every segment unreadable) the small
+    synchronous WRITEs are still charged to the 8 ranks, and the finding spans the save window."""
+    from slotscope.analyzer.analysis import analyze
+    from slotscope.analyzer.job import Job
+    from slotscope.cli.demo import sample_path
+    cap = tmp_path / "cap"
+    shutil.copytree(sample_path(), cap)
+    shutil.rmtree(cap / "syscall")
+    result = analyze(Job.open([str(cap)]), "0")
+    [f] = [f for f in result["findings"] if f["kind"] == "small_sync_writes"]
+    assert f["severity"] == "warning" and f["ranks"] == list(range(8))
+    assert (f["evidence"]["ranks_affected"], f["evidence"]["ranks"]) == (8, 8)
+    assert "from 8 of 8 ranks" in f["summary"]
+    assert (f["start"], f["end"]) == (result["window"]["start"], result["window"]["end"])
+
+
+# What the saturating NFS save of tests/vm/make-sample writes, each table with rows: the RPCs, the
+# slot table's samples, the transport's slots, the writers' owners (lock context), the NFS I/O,
+# the link's counters, the syscalls and the ranks' processes.
+STORM_TABLES = ("rpc", "slots", "xprt", "owners", "nfs_io", "netdev", "syscall", "procs")
+
+
+def test_the_sample_has_every_table_of_a_saturating_save_and_its_link_speed():
+    from slotscope.capture.format import CHECKSUMS
+    from slotscope.capture.reader import Capture
+    from slotscope.cli.demo import sample_path
+    cap = Capture.open(sample_path())
+    for table in STORM_TABLES:
+        t = cap.read(table)
+        assert t is not None and t.num_rows > 0, table
+    # recorded by today's agent: every segment has its checksum line, and every one matched
+    assert cap.verified
+    for table in cap.tables():
+        folder = Path(sample_path()) / table
+        lines = (folder / CHECKSUMS).read_text().split("\n")
+        assert {line.split()[0] for line in lines if line} == {p.name for p in folder.glob("*.arrow")}, table
+    assert cap.problems == []
+    # the link's speed, the same in every netdev row and in meta.json's NICs
+    speeds = cap.read("netdev")["speed_bps"].to_pylist()
+    nics = {n["speed_mbps"] * 1_000_000 for n in cap.meta["nics"] if n["speed_mbps"]}
+    assert set(speeds) == nics == {10_000_000_000}

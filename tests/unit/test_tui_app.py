@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
 SIZE = (120, 40)
 SMALL, LARGE = (80, 24), (160, 45)
 FIXED_NOW = START_NS / 1e9 + 3600        # the capture started an hour ago
-SAMPLE_NOW = 1796234599.16 + 2 * 86400  # the sample was recorded two days before
+SAMPLE_NOW = 1796446545.167 + 2 * 86400  # the sample was recorded two days before (meta.json start)
 
 
 def make_app(path, **kw):
@@ -366,15 +366,15 @@ def test_panels_on_the_sample():
             assert column(app, "rank") == [str(i) for i in range(8)]
             assert set(column(app, "WRITEs")) == {"128"} and set(column(app, "mean WRITE")) == {"4.0 KiB"}
             t = banner(app)
-            assert "verdict: slot_saturation (critical)" in t and "2026-12-02 18:04:11 UTC, 48 h ago" in t
+            assert "verdict: slot_saturation (critical)" in t and "2026-12-05 04:56:10 UTC, 48 h ago" in t
             nfs = text(app, "#nfs").splitlines()
-            assert nfs[0].startswith("slots & link") and "52.2 s" in nfs[0] and "▼" in nfs[0]
+            assert nfs[0].startswith("slots & link") and "25.4 s" in nfs[0] and "▼" in nfs[0]
             assert nfs[1].startswith("10.0.0.1:2049 in use") and "█" in nfs[1] and "limit 2 · peak 2" in nfs[1]
             assert "waiting for a slot" in nfs[2] and "peak 6 waiting" in nfs[2]
-            assert "link veth1" in nfs[3] and "speed unknown" in nfs[3]
+            assert "link veth1" in nfs[3] and "of 10 Gb/s" in nfs[3]
             rpc = text(app, "#rpc").splitlines()
             assert title(app, "#rpc").strip() == "RPC latency per procedure, ms per RPC"
-            assert rpc[1].split()[:8] == ["WRITE", "1,024", "125.7", "0.5", "42.4", "1.6", "170.3", "241.2"]
+            assert rpc[1].split()[:8] == ["WRITE", "1,024", "94.6", "0.2", "32.1", "0.9", "127.8", "210.3"]
             f = text(app, "#findings")
             assert "critical slot_saturation" in f and "fix: raise the transport slot table" in f
             for _ in range(8):                       # into the save: ranks blocked in write
@@ -577,11 +577,14 @@ def test_the_main_screen_fits_without_scrolling(size):
         assert lines[0].startswith(" verdict: slot_saturation (critical) · host vm")
         rpc = region_lines(app, "#rpc")
         procs = 3 if size == SMALL else 5
-        assert [line.split()[0] for line in rpc[1:1 + procs]] == ["WRITE", "CREATE", "LOOKUP", "GETACL",
-                                                                  "ACCESS"][:procs]
+        # the costliest first (count x execute: WRITE 131 s, ACCESS 1.7 s, CREATE 0.9 s, GETACL, LOOKUP)
+        assert [line.split()[0] for line in rpc[1:1 + procs]] == ["WRITE", "ACCESS", "CREATE", "GETACL",
+                                                                  "LOOKUP"][:procs]
         assert rpc[1 + procs].startswith("+")                   # "+3 more: ...", on its own line
-        for line in rpc[1:3]:                                   # the two slowest: the longest bars
-            assert "█" * BAR_W[0] in line and "…" not in line, line
+        bars = {line.split()[0]: line.count("█") for line in rpc[1:1 + procs]}
+        assert all("…" not in line for line in rpc[1:1 + procs])   # no bar cut short
+        # the slowest per RPC (WRITE 127.8 ms) has the whole bar, the others theirs in proportion
+        assert bars["WRITE"] >= BAR_W[0] and bars["WRITE"] > bars["CREATE"] > bars["ACCESS"] > 0
         ranks = region_lines(app, "#ranks")
         header_titles_whole(ranks[0])
         assert "rank▲" in ranks[0] and "slot wait" in ranks[0] and "blocked now" in ranks[0]
@@ -635,7 +638,7 @@ def test_drill_down_header_breaks_between_items_only(size):
     def check(app):
         lines = [line.strip() for line in region_lines(app, "#rank-title")]
         assert " · ".join(lines) == text(app, "#rank-title")
-        assert lines[0].startswith("rank 0 on vm · pids 200") and lines[-1].endswith("slot wait 16.00 s")
+        assert lines[0].startswith("rank 0 on vm · pids 202") and lines[-1].endswith("slot wait 12.05 s")
         assert len(lines) == (1 if size == LARGE else 3)
         # and the three tables are on screen: the files' last row above the footer
         files = app.screen.query_one("#files").region
@@ -664,7 +667,7 @@ def test_snapshot_sample_main_screen(snap_compare, size):
 
     async def into_the_save(pilot):
         await settle(app, pilot)
-        await pilot.press(*["left"] * 8)             # 41.7 s: ranks blocked in write
+        await pilot.press(*["left"] * 8)             # 20.3 s: ranks 1 and 5 blocked in write
         await settle(app, pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=into_the_save)
@@ -678,7 +681,7 @@ def test_snapshot_sample_drill_down(snap_compare, size):
         await settle(app, pilot)
         await pilot.press(*["left"] * 8)
         await settle(app, pilot)
-        await pilot.press("enter")
+        await pilot.press("down", "enter")           # rank 1, blocked in write at 20.3 s
         await settle(app, pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=drill)
