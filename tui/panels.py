@@ -21,7 +21,7 @@ from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
 from slotscope.analyzer.rpcs import COLUMN_LEGEND, REST, SPLIT, split
 from slotscope.analyzer.thresholds import Thresholds
-from slotscope.analyzer.units import clock, ms, pids, rate, round_rate, seconds, size
+from slotscope.analyzer.units import clock, ms, pids, plural, rate, round_rate, seconds, size
 from slotscope.analyzer.view import Overview, RankRow, next_save, save_at
 
 from .flow import Flow, Para
@@ -151,8 +151,8 @@ def banner_text(view: Overview, following: bool, playing: bool, now: float | Non
         state = "[b]REPLAY[/]" + (" playing" if playing else "")
         when = [_recorded(result, tl.cursor_ns, now)]
     return Flow.of(
-        Para.of(f"[{style}]verdict: {escape(verdict)}[/]", f"host {escape(hosts)}", f"{len(view.ranks)} ranks",
-                f"[{'b red' if lost else 'dim'}]{lost} events lost[/]"),
+        Para.of(f"[{style}]verdict: {escape(verdict)}[/]", f"host {escape(hosts)}", plural(len(view.ranks), "rank"),
+                f"[{'b red' if lost else 'dim'}]{plural(lost, 'event')} lost[/]"),
         Para.of(state, cursor, *when),
         *(Para.of(f"[dim]note: {escape(n)}[/]") for n in result["notes"]),
         *(Para.of(f"[red]problem: {escape(p)}[/]") for p in result["problems"][:3]))
