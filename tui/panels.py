@@ -139,6 +139,8 @@ def banner_text(view: Overview, following: bool, playing: bool, now: float | Non
     if result["findings"] and result["verdict"] not in (None, "healthy"):
         verdict += f" ({result['findings'][0]['severity']})"
     cursor = f"cursor {seconds(tl.cursor_ns, 1, unit=True)} / {seconds(tl.span_ns, 1, unit=True)}"
+    if not view.settled:            # the cursor moves: the rank rows follow it, the findings when it rests
+        cursor += f" [yellow](findings as of {seconds(view.analysis_ns, 1, unit=True)})[/]"
     if tl.live:
         starts = [datetime.fromisoformat(c["start"]).timestamp() for c in result["captures"] if c["start"]]
         state = "[b green]LIVE[/] following" if following else "[b yellow]LIVE[/] paused"
@@ -393,9 +395,11 @@ class RpcPanel:
 
 # ---- findings ----
 
-def findings_title(result: dict) -> str:
+def findings_title(result: dict, as_of_ns: int | None = None) -> str:
+    """The findings box's title; as_of_ns: the earlier cursor they are as of (Overview.analysis_ns)."""
     n = len(result["findings"])
-    return f"Findings ({n}) · f: evidence and checklist" if n else "Findings"
+    when = "" if as_of_ns is None else f" as of {seconds(as_of_ns, 1, unit=True)}"
+    return f"Findings ({n}){when} · f: evidence and checklist" if n else f"Findings{when}"
 
 
 def findings_text(result: dict) -> Flow:
@@ -436,7 +440,9 @@ class FindingsScreen(Screen):
     def text(view: Overview) -> Flow:
         result = view.analysis
         paras = [Para.of(f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
-                         f"[dim]as of the cursor, {seconds(view.timeline.cursor_ns, 1, unit=True)}[/]"), Para.of()]
+                         f"[dim]as of {'the cursor, ' if view.settled else ''}"
+                         f"{seconds(view.timeline.cursor_ns if view.settled else view.analysis_ns, 1, unit=True)}[/]"),
+                 Para.of()]
         for f in result["findings"]:
             lines = finding_lines(f, width=None)         # wrapped here, once, to the screen's width
             paras.append(_indented(lines[0], SEVERITY_STYLE.get(f["severity"], "b")))
