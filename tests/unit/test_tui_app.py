@@ -333,6 +333,31 @@ def test_a_move_shows_the_ranks_at_once_and_the_findings_once_the_cursor_rests(c
     run(scenario())
 
 
+def test_a_job_of_many_nodes_shows_its_busiest_transports_and_counts_its_hosts(tmp_path):
+    """One transport per node: the panel shows the busiest two and counts the rest, the banner
+    counts the hosts (before, a line per host and three per transport pushed the ranks off the
+    screen; at 1,000 nodes building those lines took 360 ms a refresh)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import synth
+
+    paths = [synth.save(tmp_path / f"n{i}", host=f"node-{i}", ranks=2, first_rank=2 * i, world_size=10,
+                        file_bytes=(16 << 10) * (1 + (i == 3)), slots=2)["path"] for i in range(5)]
+
+    async def scenario():
+        from slotscope.tui.app import TopApp
+        app = TopApp(Job.open(paths), poll_seconds=60, clock=lambda: FIXED_NOW)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert "host node-0 … node-4 (5 hosts) · 10 ranks" in banner(app)
+            nfs = text(app, "#nfs")
+            assert nfs.count("→10.0.0.1") == 2 and "+ 3 more transports, less busy" in nfs
+            assert "node-3→" in nfs                        # writes twice as much: the busiest
+            assert len(rows(app)) >= 4                     # the ranks are on the screen
+    run(scenario())
+
+
 def test_keys_pressed_while_loading_merge_into_one_more_load(cap):
     async def scenario():
         app = make_app(cap)
