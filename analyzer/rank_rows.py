@@ -121,7 +121,7 @@ class RankIndex:
         self.offsets = [job.utc_offset_ns(h) for h in self.hosts]
         self.starts = np.array([start_ns(c.meta) for c in caps], np.int64)
         stops = [(c.meta.get("stop") or {}).get("monotonic_ns") for c in caps]
-        self.at_stop = np.array([(s or 1 << 62) - AT_STOP_NS for s in stops], np.int64)
+        self.at_stop = [(s or 1 << 62) - AT_STOP_NS for s in stops]
         sc = _stacked(job, "syscall", ["tgid", "tid", "syscall", "latency_ns", "bytes", "ts_enter", "ts_exit",
                                        "path", "dev", "ino"])
         blocked = _stacked(job, "blocked", ["ts", "tid", "tgid", "syscall", "ts_enter", "path"])
@@ -140,7 +140,7 @@ class RankIndex:
             got = _valid(rpc["attributed_tgid"])
             keys.append(rpc_cap[got] << 32 | _filled(rpc["attributed_tgid"])[got])
         self.pkeys = np.unique(np.concatenate(keys))
-        self.p_cap, self.p_tgid = self.pkeys >> 32, self.pkeys & 0xFFFFFFFF
+        self.p_cap, self.p_tgid = (self.pkeys >> 32).tolist(), (self.pkeys & 0xFFFFFFFF).tolist()
         self._syscalls(sc)
         self._blocked(blocked)
         self._rpcs(rpc, rpc_cap if rpc is not None else None)
@@ -214,6 +214,7 @@ class RankIndex:
         self.B = self.B.ravel()
         self.bP = self.pid(ukeys[:, 0], ukeys[:, 2])
         self.bkeys = ukeys
+        self.b_enter_of = ukeys[:, 3].tolist()
         self.b_order, self.b_starts = _segments(self.B)
         self.blocked_of = _lists(self.bP, len(self.pkeys))
         self.b_cnt = None
@@ -299,7 +300,7 @@ class RankIndex:
                 known[(h, tgid)] = (rank, comm)
         numbers: dict[tuple, int] = {}
         self.comm, self.rank_of = [], np.zeros(len(self.pkeys), np.int64)
-        for p, (c, tgid) in enumerate(zip(self.p_cap.tolist(), self.p_tgid.tolist())):
+        for p, (c, tgid) in enumerate(zip(self.p_cap, self.p_tgid)):
             host = self.hosts[c]
             rank, comm = known.get((host, tgid), (None, None))
             self.comm.append(comm)
@@ -485,11 +486,11 @@ class RankIndex:
             if not groups and not stuck:
                 continue
             offset = self.offsets[self.p_cap[p]]
-            start = min([enter[g] for g in groups] + [int(self.bkeys[b, 3]) for b in stuck]) + offset
+            start = min([enter[g] for g in groups] + [self.b_enter_of[b] for b in stuck]) + offset
             end = max([leave[g] for g in groups] + [last[b] for b in stuck]) + offset
             if r is None:
                 r = new_entry(rank, host, start, end)
-            r["pids"].append(int(self.p_tgid[p]))
+            r["pids"].append(self.p_tgid[p])
             if self.comm[p]:
                 comms.add(self.comm[p])
             r["save_start_ns"], r["save_end_ns"] = min(r["save_start_ns"], start), max(r["save_end_ns"], end)
@@ -503,8 +504,8 @@ class RankIndex:
             b, p = at_stop
             path = self.b_pmax[b]
             r["blocked_at_stop"] = {"syscall": self.b_names[self.bkeys[b, 4]],
-                                    "path": None if path < 0 else self.b_paths[path], "pid": int(self.p_tgid[p]),
-                                    "seconds": (last[b] - int(self.bkeys[b, 3])) / 1e9}
+                                    "path": None if path < 0 else self.b_paths[path], "pid": self.p_tgid[p],
+                                    "seconds": (last[b] - self.b_enter_of[b]) / 1e9}
         for g in calls:
             add_calls(r, self.gname[g], cnt[g], total[g], longest[g], nbytes[g] if has_bytes[g] else None)
         finish_entry(r, comms)
