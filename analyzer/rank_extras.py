@@ -22,7 +22,8 @@ class SlowCall:
     """The slowest syscall a rank returned from in the seconds before the cursor."""
     syscall: str
     latency_ns: int
-    ago_ns: int                      # it returned this long before the cursor
+    exit_ns: int                     # when it returned, since the capture's start (not "how long
+                                     # ago": a row that says the same at every cursor move is not sent again)
     path: str | None
 
 
@@ -81,7 +82,7 @@ def rank_extras(job: Job, now_ns: int | None = None, recent_ns: int = RECENT_NS)
     for row in recent.select(keys + ["syscall", "latency_ns", "ts_exit", "path"]).to_pylist():
         key = (row["host"], row["rank"], row["solo"])
         if key not in slowest:
-            slowest[key] = SlowCall(row["syscall"], row["latency_ns"], end - row["ts_exit"], row["path"])
+            slowest[key] = SlowCall(row["syscall"], row["latency_ns"], row["ts_exit"], row["path"])
     out = {}
     for key, p99 in _p99_per_group(sc, keys).items():
         n, mean = writes.get(key, (0, None))

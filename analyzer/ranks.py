@@ -90,12 +90,7 @@ def rank_table(job: Job) -> list[dict]:
         start, end = start + offset, end + offset
         r = ranks.get(key)
         if r is None:
-            r = ranks[key] = {
-                "rank": row["rank"], "host": row["host"], "pids": [], "comm": None,
-                "bytes_written": 0, "write_rpcs": None, "write_rpc_bytes": None, "mean_rpc_bytes": None,
-                "syscalls": {}, "blocked_ns": 0, "flush_ns": 0, "slot_wait_ns": None,
-                "save_start_ns": start, "save_end_ns": end, "blocked_at_stop": None,
-            }
+            r = ranks[key] = new_entry(row["rank"], row["host"], start, end)
         if row["tgid"] not in r["pids"]:
             r["pids"].append(row["tgid"])
         if row["comm"]:
@@ -111,23 +106,10 @@ def rank_table(job: Job) -> list[dict]:
                                     "seconds": (row["ts"] - row["ts_enter"]) / 1e9}
     for row in with_identity(job, procs).to_pylist() if procs is not None else ():
         r = entry(row, row["ts_enter_min"], row["ts_exit_max"])
-        s = r["syscalls"].setdefault(row["syscall"], {"count": 0, "total_ns": 0, "max_ns": 0})
-        s["count"] += row["latency_ns_count"]
-        s["total_ns"] += row["latency_ns_sum"]
-        s["max_ns"] = max(s["max_ns"], row["latency_ns_max"])
-        r["blocked_ns"] += row["latency_ns_sum"]
-        if row["syscall"] in FLUSH_SYSCALLS:
-            r["flush_ns"] += row["latency_ns_sum"]
-        if row["syscall"] in WRITE_SYSCALLS:
-            r["bytes_written"] += row["bytes_sum"] or 0
+        add_calls(r, row["syscall"], row["latency_ns_count"], row["latency_ns_sum"], row["latency_ns_max"],
+                  row["bytes_sum"])
     for key, r in ranks.items():
-        r["pids"].sort()
-        # in the vocabulary's order: the groups come from a threaded group_by in no fixed order,
-        # which made analyze --json differ between runs on one capture
-        r["syscalls"] = dict(sorted(r["syscalls"].items(), key=lambda kv: OP_NUMBER.get(kv[0], len(OP_NUMBER))))
-        r["comm"] = min(comms[key]) if key in comms else None
-        r.update(save_start=iso_utc(r["save_start_ns"]), save_end=iso_utc(r["save_end_ns"]),
-                 save_s=(r["save_end_ns"] - r["save_start_ns"]) / 1e9)
+        finish_entry(r, comms.get(key))
     _charge_rpcs(job, ranks)
     return sorted(ranks.values(), key=lambda r: (r["rank"] is None, r["rank"] or 0, r["host"], r["pids"]))
 
@@ -139,7 +121,7 @@ def _charge_rpcs(job: Job, ranks: dict[tuple, dict]) -> None:
     if writes is None:
         return
     for r in ranks.values():
-        r["write_rpcs"], r["write_rpc_bytes"], r["slot_wait_ns"] = 0, 0, 0
+        charge(r, 0, None, None)
     # per process first (the rows are many), then per rank
     per = writes.group_by(["host", "attributed_tgid"]).aggregate([("io_count", "count"), ("io_count", "sum"),
                                                                   ("slot_wait_ns", "sum")])
@@ -148,7 +130,44 @@ def _charge_rpcs(job: Job, ranks: dict[tuple, dict]) -> None:
     for g in per.to_pylist():
         r = ranks.get((g["host"], g["rank"], g["solo"]))
         if r is not None:
-            r["write_rpcs"] = g["io_count_count_sum"]
-            r["write_rpc_bytes"] = g["io_count_sum_sum"] or 0
-            r["slot_wait_ns"] = g["slot_wait_ns_sum_sum"] or 0
-            r["mean_rpc_bytes"] = r["write_rpc_bytes"] / r["write_rpcs"] if r["write_rpcs"] else None
+            charge(r, g["io_count_count_sum"], g["io_count_sum_sum"], g["slot_wait_ns_sum_sum"])
+
+
+# A rank_table entry, built in steps: here, and as of a moving time cursor (rank_rows.RankIndex).
+
+def new_entry(rank: int | None, host: str, start_ns: int, end_ns: int) -> dict:
+    """A rank's entry before its calls are added (start and end: UTC ns)."""
+    return {"rank": rank, "host": host, "pids": [], "comm": None,
+            "bytes_written": 0, "write_rpcs": None, "write_rpc_bytes": None, "mean_rpc_bytes": None,
+            "syscalls": {}, "blocked_ns": 0, "flush_ns": 0, "slot_wait_ns": None,
+            "save_start_ns": start_ns, "save_end_ns": end_ns, "blocked_at_stop": None}
+
+
+def add_calls(r: dict, syscall: str, count: int, total_ns: int, max_ns: int, nbytes: int | None) -> None:
+    """A process's calls of one syscall, added to its rank's entry."""
+    s = r["syscalls"].setdefault(syscall, {"count": 0, "total_ns": 0, "max_ns": 0})
+    s["count"] += count
+    s["total_ns"] += total_ns
+    s["max_ns"] = max(s["max_ns"], max_ns)
+    r["blocked_ns"] += total_ns
+    if syscall in FLUSH_SYSCALLS:
+        r["flush_ns"] += total_ns
+    if syscall in WRITE_SYSCALLS:
+        r["bytes_written"] += nbytes or 0
+
+
+def finish_entry(r: dict, comms: set | None) -> None:
+    """An entry whose calls are all in: pids and syscalls in order, its comm, its save's times."""
+    r["pids"].sort()
+    # in the vocabulary's order: the groups come from a threaded group_by in no fixed order,
+    # which made analyze --json differ between runs on one capture
+    r["syscalls"] = dict(sorted(r["syscalls"].items(), key=lambda kv: OP_NUMBER.get(kv[0], len(OP_NUMBER))))
+    r["comm"] = min(comms) if comms else None
+    r.update(save_start=iso_utc(r["save_start_ns"]), save_end=iso_utc(r["save_end_ns"]),
+             save_s=(r["save_end_ns"] - r["save_start_ns"]) / 1e9)
+
+
+def charge(r: dict, rpcs: int, nbytes: int | None, slot_wait_ns: int | None) -> None:
+    """The WRITE RPCs charged to a rank (when the capture has RPC rows; 0 when none is its)."""
+    r["write_rpcs"], r["write_rpc_bytes"], r["slot_wait_ns"] = rpcs, nbytes or 0, slot_wait_ns or 0
+    r["mean_rpc_bytes"] = r["write_rpc_bytes"] / rpcs if rpcs else None

@@ -151,19 +151,20 @@ class JobSource:
     def at(self, until_ns: int | None) -> Job:
         return Job([CaptureAt(v.capture, until_ns, v.cache, v.segments) for v in self.views])
 
-    def _of_whole(self, key, compute):
+    def of_whole(self, key, compute):
+        """compute() of everything read so far, once until it grows."""
         if key not in self._whole:
             self._whole[key] = compute()
         return self._whole[key]
 
     def series(self, bins: int) -> list[TransportSeries]:
         """transport_series() of everything read so far, cached until the capture grows."""
-        return self._of_whole(("series", bins), lambda: transport_series(self.at(None), self.span_ns(), bins))
+        return self.of_whole(("series", bins), lambda: transport_series(self.at(None), self.span_ns(), bins))
 
     def saves(self, gap_s: float) -> list[Save]:
         """find_saves() of everything read so far, wherever the cursor is (the TUI jumps to the
         ones after it), cached until the capture grows."""
-        return self._of_whole(("saves", gap_s), lambda: find_saves(self.at(None), gap_s))
+        return self.of_whole(("saves", gap_s), lambda: find_saves(self.at(None), gap_s))
 
 
 def syscalls_since_start(job: Job, columns: list[str]) -> pa.Table | None:

@@ -166,10 +166,10 @@ def xprt_entries(rows: pa.Table, offset_ns: int, window: tuple[int, int] | None)
 def link_usage(job: Job, host: str, addr: str | None, window: tuple[int, int] | None) -> dict | None:
     """The interface the server is routed through: its speed and how much of it the save used
     (peak over the agent's sampling intervals, and the mean over the save window)."""
-    net = job.table("netdev")
+    net = job.of_host("netdev", host)
     if net is None or addr is None:
         return None
-    net = net.filter(pc.and_(pc.equal(net["host"], host), pc.equal(net["server"], addr))).sort_by("ts")
+    net = net.filter(pc.equal(net["server"], addr)).sort_by("ts")
     if net.num_rows < 2:
         return None
     ts = net["ts"].to_numpy().astype(np.int64) + job.utc_offset_ns(host)

@@ -1,18 +1,24 @@
 """The view model of `slotscope top`, computed headless: analyze() as of the time cursor with
 what the TUI shows beside it (per-rank extras, what each rank is blocked in, the transports'
-series, the recording's saves, a rank's drill-down). The TUI only formats it."""
+series, the recording's saves, a rank's drill-down). The TUI only formats it.
+
+overview() is all of it, as of the cursor. moved() is what a cursor move costs: the rank rows
+as of the new cursor (rank_rows.RankIndex), the rest of an earlier overview as it was (the
+findings then follow when the cursor settles: tui/worker.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .analysis import analyze
-from .in_progress import BlockedNow, blocked_now, in_progress
+from .in_progress import blocked_now, in_progress
 from .rank_detail import RankDetail, rank_detail
-from .rank_extras import RankExtras, rank_extras
-from .ranks import rank_key
+from .rank_extras import rank_extras
+from .rank_rows import RankIndex, RankRow, Unsupported, rank_rows
 from .series import TransportSeries
 from .thresholds import Thresholds
 from .timeline import JobSource
+
+__all__ = ["Overview", "RankRow", "SaveSpan", "Timeline", "moved", "next_save", "overview", "save_at"]
 
 
 @dataclass(frozen=True)
@@ -22,15 +28,6 @@ class Timeline:
     span_ns: int                     # how far the capture reaches
     live: bool                       # it is still being written
     updated_at: float | None         # wall-clock time of its newest segment read
-
-
-@dataclass(frozen=True)
-class RankRow:
-    """A rank of the analysis, as is, with what the rank table shows beside it."""
-    key: tuple                       # rank_key(entry): the rank's identity from one refresh to the next
-    entry: dict                      # its entry in analysis["ranks"]
-    extras: RankExtras
-    blocked_now: BlockedNow | None
 
 
 @dataclass(frozen=True)
@@ -50,14 +47,20 @@ class SaveSpan:
 @dataclass(frozen=True)
 class Overview:
     """What `slotscope top` shows as of the cursor."""
-    analysis: dict                   # analyze() as of the cursor: the JSON of `analyze --json`, untouched,
-                                     # without the per-save analyses (`saves` below: the whole capture's)
-    ranks: list[RankRow]             # one per analysis["ranks"] entry, in its order
+    analysis: dict                   # analyze() as of the cursor (or analysis_ns): the JSON of `analyze --json`,
+                                     # untouched, without the per-save analyses (`saves` below: the whole capture's)
+    ranks: list[RankRow]             # rank_rows() of analyze() as of the cursor, always
     timeline: Timeline
     series: list[TransportSeries]    # on the bins asked for (none: empty)
     detail: RankDetail | None        # the drill-down asked for
     has_rpc: bool                    # the capture has RPC rows, at any time
     saves: list[SaveSpan]            # every save read so far, after the cursor too (to jump to)
+    analysis_ns: int | None = None   # None: `analysis` is as of the cursor; else the earlier cursor it is as of
+                                     # (a move answered by moved(), before the cursor settles)
+
+    @property
+    def settled(self) -> bool:
+        return self.analysis_ns is None
 
 
 def save_at(saves: list[SaveSpan], cursor_ns: int) -> SaveSpan | None:
@@ -85,18 +88,36 @@ def overview(source: JobSource, until_ns: int | None, version: str, bins: int = 
     # Not each save analysed again as of every cursor move (4x the cost): the TUI shows the saves of
     # the whole capture, found once per growth (source.saves).
     analysis = analyze(job, version, each_save=False)
-    extras = rank_extras(job, now_ns=cursor)
     calls = in_progress(job, source.at(None) if until_ns is not None else None, cursor)
-    blocked = blocked_now(calls)
-    ranks = []
-    for entry in analysis["ranks"]:
-        key = rank_key(entry)
-        ranks.append(RankRow(key, entry, extras.get(key, RankExtras()), blocked.get(key)))
+    ranks = rank_rows(analysis["ranks"], rank_extras(job, now_ns=cursor), blocked_now(calls))
     return Overview(analysis, ranks, Timeline(cursor, span, source.live, source.updated_at()),
                     series=source.series(bins) if bins else [],
                     detail=rank_detail(job, detail[0], detail[1], calls) if detail else None,
                     has_rpc=any(v.full("rpc") is not None for v in source.views),
                     saves=save_spans(source, span))
+
+
+def moved(source: JobSource, until_ns: int, last: Overview, bins: int = 0) -> Overview | None:
+    """overview() after the cursor moved to `until_ns`, from `last` (an overview of the same data
+    at an earlier cursor): the rank rows as of the new cursor, exactly overview()'s, at the cost of
+    what changed (source's RankIndex); the analysis as of last's cursor (analysis_ns). None where
+    the index declines the captures (then overview() it is)."""
+    index = source.of_whole("rank_index", lambda: _rank_index(source))
+    if index is None:
+        return None
+    span = source.span_ns()
+    cursor = min(until_ns, span)
+    since = last.timeline.cursor_ns if last.analysis_ns is None else last.analysis_ns
+    return replace(last, ranks=index.rows(cursor), timeline=Timeline(cursor, span, source.live, source.updated_at()),
+                   series=source.series(bins) if bins else [], detail=None,
+                   analysis_ns=None if since == cursor else since)
+
+
+def _rank_index(source: JobSource) -> RankIndex | None:
+    try:
+        return RankIndex(source.at(None), source.at)
+    except Unsupported:
+        return None
 
 
 def save_spans(source: JobSource, span_ns: int) -> list[SaveSpan]:

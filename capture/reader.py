@@ -30,6 +30,11 @@ CHUNKS_BEFORE_COMBINE = 32         # a growing table's segments are merged into 
 # floor; a segment whose batches claim more is read up to them (a few bytes can claim terabytes).
 DECODE_RATIO = 64
 DECODE_FLOOR = 64 << 20
+# Segments this large or larger are memory-mapped (their columns are the page cache's pages);
+# smaller ones are read: a mapping keeps a file descriptor open for as long as its table lives,
+# and a job of 1,000 nodes holds some 150,000 one-second segments of a few KiB each (past the
+# process's 20,000 descriptors, every further segment was skipped as unreadable).
+MAP_FROM_BYTES = 1 << 20
 
 
 @dataclass
@@ -168,8 +173,10 @@ class Capture:
             self._problem(f"{rel}: {why(exc)}, skipped")
             return None
         try:
-            # Memory-mapped: the columns are the page cache's pages, not copies.
-            buf = pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ)) if size else pa.py_buffer(b"")
+            if size >= MAP_FROM_BYTES:
+                buf = pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
+            else:
+                buf = pa.py_buffer(_read_all(fd, size))
         except OSError as exc:
             self._problem(f"{rel}: unreadable ({exc.strerror}), skipped")
             return None
@@ -363,6 +370,18 @@ def open_captures(paths: list[str]) -> list[Capture]:
     for cap in caps:
         cap.check()
     return caps
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """The first `size` bytes of an open file (fewer if it is shorter by now)."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.read(fd, size - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 class SegmentCache:

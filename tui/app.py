@@ -8,8 +8,11 @@ capture is read and analysed (analyzer.view.overview) in a separate process (wor
 GIL shared with the screen), a worker thread waits for its answer and posts it; requests that
 arrive meanwhile are merged into one more run with the latest state (a held-down arrow key
 costs one analysis, not one per repeat); results are kept per (data generation, cursor) so
-scrubbing back is free. The UI thread only formats: each panel is re-rendered when its text
-changed, and the rank table formats the rows on screen only (ranktable.py).
+scrubbing back is free. A cursor move asks for the rank rows as of the new cursor only (the
+findings stay those of an earlier cursor, and the banner says which); once the cursor rests
+SETTLE_SECONDS the whole analysis follows. The UI thread only formats: each panel is
+re-rendered when its text changed, and the rank table formats the rows on screen only
+(ranktable.py).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from .ranktable import RankTable
 from .worker import AnalysisError, ProcessAnalyst, ThreadAnalyst
 
 MIN_STEP_NS = 100_000_000
+SETTLE_SECONDS = 0.3        # the cursor at rest this long: the whole analysis as of it
 STEPS = 40                  # a scrub step is 1/40 of the capture
 RANK_LINES = 6              # the rank table keeps its border, header and 4 rows on any screen
 
@@ -98,10 +102,11 @@ class TopApp(App):
     ]
 
     def __init__(self, job: Job, poll_seconds: float = 1.0, play_seconds: float = 0.5, clock=time.time,
-                 analysis: str = "process"):
+                 analysis: str = "process", incremental: bool = True):
         super().__init__()
         self.job = job
         self.analysis = analysis                # "process" (the default) or "thread": see worker.py
+        self.incremental = incremental          # False: a full analysis at every move (bench/tui.py's baseline)
         self.analyst = None
         self.live = any(c.live for c in job.captures)
         self.poll_seconds = poll_seconds
@@ -119,7 +124,9 @@ class TopApp(App):
         self.bins = 0
         self._busy = False
         self._again = False
+        self._again_moving = True
         self._need_refresh = False
+        self._settle_timer = None
         self._texts: dict = {}
         self._rows_state = None
         # what the worker and the UI spent, for bench/tui.py
@@ -156,26 +163,28 @@ class TopApp(App):
             self.request()
         self.render_all()          # the RPC panel's rows follow the height
 
-    def request(self, refresh: bool = False) -> None:
-        """Ask for a fresh overview with the current cursor, width and drill-down. One load
-        runs at a time; requests made meanwhile become one more load when it is done."""
+    def request(self, refresh: bool = False, moving: bool = False) -> None:
+        """Ask for a fresh overview with the current cursor, width and drill-down (`moving`: the
+        cursor moved, the rank rows are what must follow at once). One load runs at a time;
+        requests made meanwhile become one more load when it is done."""
         self._need_refresh |= refresh
         if self._busy:
+            self._again_moving = (self._again_moving if self._again else True) and moving
             self._again = True
             return
         self._busy = True
         refresh, self._need_refresh = self._need_refresh, False
         detail = (self.detail_for[0], list(self.detail_for[1])) if self.detail_for else None
-        self.load(self.cursor, self.bins, detail, refresh)
+        self.load(self.cursor, self.bins, detail, refresh, moving)
 
     @work(thread=True, group="load", exit_on_error=False)
-    def load(self, until: int | None, bins: int, detail, refresh: bool) -> None:
+    def load(self, until: int | None, bins: int, detail, refresh: bool, moving: bool) -> None:
         started = time.perf_counter()
         try:
             if self.analyst is None:
                 self.analyst = (ProcessAnalyst if self.analysis == "process" else ThreadAnalyst)(
-                    self.job, self.version)
-            result = self.analyst.overview(until, bins, detail, refresh)
+                    self.job, self.version, self.incremental)
+            result = self.analyst.overview(until, bins, detail, refresh, moving)
         except AnalysisError as exc:
             self.post_message(LoadFailed(str(exc)))
             return
@@ -192,6 +201,12 @@ class TopApp(App):
         self._busy = False
         if self._again:
             self._again = False
+            self.request(moving=self._again_moving)
+
+    def _settled(self) -> None:
+        """The cursor rested: the whole analysis as of it (the findings of the rank rows shown).
+        Playing is not resting: its ticks come every play_seconds."""
+        if self.result is not None and not self.result.settled and not self.playing:
             self.request()
 
     def poll(self) -> None:
@@ -205,7 +220,7 @@ class TopApp(App):
         self.cursor = min(span, (self.cursor or 0) + self.step())
         if self.cursor >= span:
             self.playing = False
-        self.request()
+        self.request(moving=True)
 
     def on_loaded(self, message: Loaded) -> None:
         self.load_seconds.append(message.seconds)
@@ -213,6 +228,9 @@ class TopApp(App):
         self.result = message.result
         self.live = message.result.timeline.live
         self.error = None
+        if self._settle_timer is not None:
+            self._settle_timer.stop()
+        self._settle_timer = None if message.result.settled else self.set_timer(SETTLE_SECONDS, self._settled)
         self.render_all()
         if first:
             # What exists now (modules, Textual's widgets and caches: ~70,000 objects) lives as
@@ -266,7 +284,7 @@ class TopApp(App):
         self._set("rpc", RpcPanel(self.result.analysis["rpc"]["by_proc"], procs) if self.result.has_rpc else "")
         self.query_one("#rpc").display = self.result.has_rpc
         self._set("findings", findings_text(self.result.analysis))
-        self._title("findings-box", findings_title(self.result.analysis))
+        self._title("findings-box", findings_title(self.result.analysis, self.result.analysis_ns))
         self.render_ranks()
         screen = self.screen
         if isinstance(screen, RankScreen):
@@ -327,7 +345,7 @@ class TopApp(App):
         span = self.result.timeline.span_ns
         now = self.result.timeline.cursor_ns if self.cursor is None else self.cursor
         self.cursor = max(0, min(span, now + direction * self.step()))
-        self.request()
+        self.request(moving=True)
 
     def action_save(self, direction: int) -> None:
         """The cursor to the start of the next (1) or previous (-1) save; where there is none,
@@ -340,13 +358,13 @@ class TopApp(App):
             self.notify(no_jump_text(self.result, direction), timeout=3)
             return
         self.cursor = target.start_ns
-        self.request()
+        self.request(moving=True)
 
     def action_jump(self, to_end: int) -> None:
         self.playing = False
         # the end of a finished capture; a live one follows its end again
         self.cursor = None if to_end else 0
-        self.request(refresh=bool(to_end) and self.live)
+        self.request(refresh=bool(to_end) and self.live, moving=True)
 
     def action_pause(self) -> None:
         if self.result is None:
@@ -364,8 +382,10 @@ class TopApp(App):
             return
         if not self.playing and (self.cursor is None or self.cursor >= self.result.timeline.span_ns):
             self.cursor = 0
-            self.request()
+            self.request(moving=True)
         self.playing = not self.playing
+        if not self.playing:
+            self._settled()
         self.render_all()
 
     def _toggle_follow(self) -> None:

@@ -33,6 +33,8 @@ NOTE_W = 34           # and its note column after the sparklines
 BAR_W = (12, 32)      # the RPC split bar: narrower, it drops a column; wider, it says no more
 MAX_PROCS = 5         # procedures shown in the RPC panel (the costliest)
 SHORT_SCREEN = 32     # lines: below, the RPC panel shows 3 procedures, for the rank table's rows
+MAX_TRANSPORTS = 2    # transports in the slots & link panel, the busiest (a job of 1,000 nodes has 1,000)
+MAX_HOSTS = 3         # hosts the banner names; more are counted
 SEVERITY_STYLE = {"critical": "b red", "warning": "b yellow", "info": "b cyan"}
 
 
@@ -132,13 +134,16 @@ def banner_text(view: Overview, following: bool, playing: bool, now: float | Non
     between items, never inside one; then the analysis' notes and problems."""
     now = time.time() if now is None else now
     result, tl = view.analysis, view.timeline
-    hosts = ", ".join(sorted({c["host"] or "?" for c in result["captures"]}))
+    names = sorted({c["host"] or "?" for c in result["captures"]})
+    hosts = ", ".join(names) if len(names) <= MAX_HOSTS else f"{names[0]} … {names[-1]} ({len(names):,} hosts)"
     lost = sum(c["lost_events"] for c in result["captures"])
     verdict = result["verdict"] or "nothing to assess"
     style = {"healthy": "b green", "nothing to assess": "b yellow"}.get(verdict, "b red")
     if result["findings"] and result["verdict"] not in (None, "healthy"):
         verdict += f" ({result['findings'][0]['severity']})"
     cursor = f"cursor {seconds(tl.cursor_ns, 1, unit=True)} / {seconds(tl.span_ns, 1, unit=True)}"
+    if not view.settled:            # the cursor moves: the rank rows follow it, the findings when it rests
+        cursor += f" [yellow](findings as of {seconds(view.analysis_ns, 1, unit=True)})[/]"
     if tl.live:
         starts = [datetime.fromisoformat(c["start"]).timestamp() for c in result["captures"] if c["start"]]
         state = "[b green]LIVE[/] following" if following else "[b yellow]LIVE[/] paused"
@@ -265,7 +270,13 @@ def nfs_text(view: Overview) -> Text:
                    (f"· cursor {seconds(tl.cursor_ns, 1, unit=True)}", "dim"))]
     now = {(t["host"], t["server"]): t for t in view.analysis["transports"]}
     hosts = {s.host for s in series}
-    for s in series:
+    shown = series
+    if len(series) > MAX_TRANSPORTS:            # the busiest: full the longest, then the most in use
+        def busy(s):
+            t = now.get((s.host, s.server), {})
+            return -(t.get("saturated_fraction") or 0), -(s.peak_in_use or 0), s.host, s.server or ""
+        shown = sorted(series, key=busy)[:MAX_TRANSPORTS]
+    for s in shown:
         t = now.get((s.host, s.server), {})
         name = s.server or "?"
         if len(hosts) > 1:
@@ -292,6 +303,9 @@ def nfs_text(view: Overview) -> Text:
             cap = f"of {round_rate(speed)}" if speed else "· speed unknown"
             lines.append(_line(_label(f"  link {link.iface}"), spark(util, scale, hot, cursor),
                                f"  peak {rate(link.peak_bps)} {cap}"))
+    if len(shown) < len(series):
+        lines.append(_line((f"+ {len(series) - len(shown):,} more transports, less busy "
+                            f"(slotscope analyze lists them all)", "dim")))
     return Text("\n").join(lines)
 
 
@@ -393,9 +407,11 @@ class RpcPanel:
 
 # ---- findings ----
 
-def findings_title(result: dict) -> str:
+def findings_title(result: dict, as_of_ns: int | None = None) -> str:
+    """The findings box's title; as_of_ns: the earlier cursor they are as of (Overview.analysis_ns)."""
     n = len(result["findings"])
-    return f"Findings ({n}) · f: evidence and checklist" if n else "Findings"
+    when = "" if as_of_ns is None else f" as of {seconds(as_of_ns, 1, unit=True)}"
+    return f"Findings ({n}){when} · f: evidence and checklist" if n else f"Findings{when}"
 
 
 def findings_text(result: dict) -> Flow:
@@ -436,7 +452,9 @@ class FindingsScreen(Screen):
     def text(view: Overview) -> Flow:
         result = view.analysis
         paras = [Para.of(f"[b]verdict: {escape(result['verdict'] or 'nothing to assess')}[/]  "
-                         f"[dim]as of the cursor, {seconds(view.timeline.cursor_ns, 1, unit=True)}[/]"), Para.of()]
+                         f"[dim]as of {'the cursor, ' if view.settled else ''}"
+                         f"{seconds(view.timeline.cursor_ns if view.settled else view.analysis_ns, 1, unit=True)}[/]"),
+                 Para.of()]
         for f in result["findings"]:
             lines = finding_lines(f, width=None)         # wrapped here, once, to the screen's width
             paras.append(_indented(lines[0], SEVERITY_STYLE.get(f["severity"], "b")))

@@ -47,12 +47,22 @@ def sample_at(size, *keys: str, check) -> None:
     run(scenario())
 
 
-async def settle(app, pilot) -> None:
+async def loaded(app, pilot) -> None:
     """Let the loading worker finish and its message be handled (and any load it queued)."""
     for _ in range(4):
         await pilot.pause()
         await app.workers.wait_for_complete()
     await pilot.pause()
+
+
+async def settle(app, pilot) -> None:
+    """loaded(), and after a move of the cursor, the whole analysis as of it (the app asks for
+    it once the cursor has rested a moment; while playing, it does not rest)."""
+    for _ in range(200):
+        await loaded(app, pilot)
+        if app.result is None or app.result.settled or app.playing:
+            return
+        await pilot.pause(0.05)
 
 
 async def wait_for(app, pilot, cond) -> None:
@@ -298,6 +308,56 @@ def test_scrub_changes_what_the_table_shows(cap):
     run(scenario())
 
 
+def test_a_move_shows_the_ranks_at_once_and_the_findings_once_the_cursor_rests(cap, monkeypatch):
+    """A cursor move is answered with the rank rows as of the new cursor; the findings stay those
+    of the cursor before, and the banner and the findings' title say so, until the cursor rests."""
+    import slotscope.tui.app as app_module
+    from slotscope.tui import worker
+    monkeypatch.setattr(app_module, "SETTLE_SECONDS", 3600)     # it rests when the test says
+    monkeypatch.setattr(worker, "FULL_SHARE", 1e-9)              # no full analysis between moves
+
+    async def scenario():
+        app = make_app(cap, analysis="thread")
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            assert len(rows(app)) == 4 and "findings as of" not in banner(app)
+            await pilot.press("home")
+            await loaded(app, pilot)
+            assert rows(app) == [] and not app.result.settled
+            assert "cursor 0.0 s / 61.0 s (findings as of 61.0 s)" in banner(app)
+            assert "as of 61.0 s" in title(app, "#findings-box")
+            app._settled()                                          # the cursor rested
+            await loaded(app, pilot)
+            assert app.result.settled and rows(app) == []
+            assert "findings as of" not in banner(app) and "as of" not in title(app, "#findings-box")
+    run(scenario())
+
+
+def test_a_job_of_many_nodes_shows_its_busiest_transports_and_counts_its_hosts(tmp_path):
+    """One transport per node: the panel shows the busiest two and counts the rest, the banner
+    counts the hosts (before, a line per host and three per transport pushed the ranks off the
+    screen; at 1,000 nodes building those lines took 360 ms a refresh)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import synth
+
+    paths = [synth.save(tmp_path / f"n{i}", host=f"node-{i}", ranks=2, first_rank=2 * i, world_size=10,
+                        file_bytes=(16 << 10) * (1 + (i == 3)), slots=2)["path"] for i in range(5)]
+
+    async def scenario():
+        from slotscope.tui.app import TopApp
+        app = TopApp(Job.open(paths), poll_seconds=60, clock=lambda: FIXED_NOW)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert "host node-0 … node-4 (5 hosts) · 10 ranks" in banner(app)
+            nfs = text(app, "#nfs")
+            assert nfs.count("→10.0.0.1") == 2 and "+ 3 more transports, less busy" in nfs
+            assert "node-3→" in nfs                        # writes twice as much: the busiest
+            assert len(rows(app)) >= 4                     # the ranks are on the screen
+    run(scenario())
+
+
 def test_keys_pressed_while_loading_merge_into_one_more_load(cap):
     async def scenario():
         app = make_app(cap)
@@ -307,7 +367,7 @@ def test_keys_pressed_while_loading_merge_into_one_more_load(cap):
             await pilot.press(*["left"] * 12)       # as fast as the keyboard repeats
             await settle(app, pilot)
             assert app.cursor == 61 * 10**9 - 1000 - 12 * app.step()
-            assert len(app.load_seconds) - before <= 12
+            assert len(app.load_seconds) - before <= 12 + 1      # and the whole analysis once it rests
             assert banner(app).count(f"cursor {app.cursor / 1e9:,.1f} s") == 1
     run(scenario())
 
