@@ -87,14 +87,14 @@ class Decoder:
         if path is None:
             return None
         if path.startswith("/"):
-            return os.path.normpath(path)
+            return _normal(path)
         if dirfd == AT_FDCWD:
             base = self.registry.cwd_of(tgid)
         else:
             at = self.fds.at(FdTable.key(tgid, dirfd), t)
             info = self.registry.info(at[1]) if at else None
             base = info.path if info else None
-        return os.path.normpath(os.path.join(base, path)) if base else None
+        return _normal(os.path.join(base, path)) if base else None
 
     # ---- the one-by-one calls ----
     def _structural(self, ev: np.ndarray, idx: np.ndarray, procs: np.ndarray, fids: np.ndarray,
@@ -278,6 +278,13 @@ class Decoder:
                          "ts_enter": t, "fd": fd, "path": info and info.path, "dev": info and info.dev,
                          "ino": info and info.ino})
         return pa.Table.from_pylist(rows, schema=BLOCKED) if rows else None
+
+
+def _normal(path: str) -> str:
+    """An absolute path normalised as the kernel reads it: POSIX leaves a leading "//" to the
+    system and normpath keeps it, Linux reads it as "/" (pyenv opens "//.python-version")."""
+    path = os.path.normpath(path)
+    return path[1:] if path.startswith("//") else path
 
 
 def _c_str(raw: bytes) -> str:
