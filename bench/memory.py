@@ -6,7 +6,7 @@ Runs `slotscope record` (the real agent, its real probes) on a directory, and re
 end of a write storm (a writer of 4 KiB write()s as fast as it can to a traced file, as
 bench/syscall_overhead.py's), idle again after it, and before the storm after workloads
 that grow per-file and per-process state: one process opening an untraced file again and
-again (--opens), and short-lived processes (--procs). Each RSS is broken down by what its pages map:
+again at a busy host's pace (--opens, --open-rate), and short-lived processes (--procs). Each RSS is broken down by what its pages map:
 
   rings      the BPF ring buffers (anon_inode:bpf-map: kernel pages, mapped twice)
   compiler   libbcc, LLVM and clang, which BCC compiles the programs with
@@ -17,7 +17,7 @@ again (--opens), and short-lived processes (--procs). Each RSS is broken down by
 against the idle agent (x idle) and a floor: a Python process that imports what the
 agent imports (numpy, pyarrow, the agent's modules) and does nothing. Needs root.
 
-    sudo .venv/bin/python bench/memory.py [--idle 5] [--seconds 10] [--settle 15] [--opens 100000] [--procs 2000] [--json]
+    sudo .venv/bin/python bench/memory.py [--idle 5] [--seconds 10] [--settle 15] [--opens 100000] [--open-rate 10000] [--procs 2000] [--json]
 """
 from __future__ import annotations
 
@@ -52,13 +52,17 @@ from slotscope.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 FLOOR = "import numpy, pyarrow, slotscope.agent.recorder, sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); input()"
+# argv: directory, opens, opens per second (a busy host's pace: its fd histories stay short).
 OPENER = """
-import os, sys
-path = os.path.join(sys.argv[1], "f")
-for i in range(int(sys.argv[2])):
+import os, sys, time
+path, n, rate = os.path.join(sys.argv[1], "f"), int(sys.argv[2]), float(sys.argv[3])
+start = time.monotonic()
+for i in range(n):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, b"x")
     os.close(fd)
+    if i % 100 == 99:
+        time.sleep(max(0.0, start + (i + 1) / rate - time.monotonic()))
 """
 
 
@@ -165,7 +169,8 @@ def measure(args) -> dict:
             rows.append(agent.sample("idle"))
             # Before the storm: the memory it frees would hide their growth.
             if args.opens:
-                run_sampling(agent, [sys.executable, "-c", OPENER, untraced, str(args.opens)], "opens")
+                run_sampling(agent, [sys.executable, "-c", OPENER, untraced, str(args.opens), str(args.open_rate)],
+                             "opens")
                 time.sleep(args.idle)
                 rows.append(agent.sample(f"after {args.opens:,} opens"))
             if args.procs:
@@ -191,6 +196,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="s of the write storm (default 10)")
     p.add_argument("--settle", type=float, default=15.0, help="s from the storm's end to the last sample (default 15)")
     p.add_argument("--opens", type=int, default=100_000, help="opens of an untraced file by one process (0: none)")
+    p.add_argument("--open-rate", type=float, default=10_000, help="their pace, opens a second (default 10,000)")
     p.add_argument("--procs", type=int, default=2000, help="short-lived processes (0: none)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
