@@ -41,7 +41,6 @@ class Decoder:
         self.fds = FdTable()
         self.identities = identities
         self.ignore_fd = ignore_fd or (lambda tgid, fd, gen: None)
-        self._ignored: set[tuple[int, int]] = set()
         self._paths: dict[tuple[int, int, int], str] = {}
         self._envs: dict[int, tuple[int, dict[str, str]]] = {}   # tgid -> (its execve, rank variables)
         self._exits: list[int] = []        # exited in earlier batches; their fds still wanted
@@ -160,8 +159,7 @@ class Decoder:
                         self._ignore(tgid, ret, t1)
 
     def _ignore(self, tgid: int, fd: int, gen: int | None) -> None:
-        if (tgid, fd, gen) not in self._ignored:
-            self._ignored.add((tgid, fd, gen))
+        if self.fds.skip(FdTable.key(tgid, fd), gen or 0):
             self.ignore_fd(tgid, fd, gen)
 
     # ---- a whole batch ----
