@@ -174,6 +174,8 @@ class Decoder:
             for tgid in self._exits:
                 self.fds.drop_process(tgid)
                 self.registry.forget(tgid)
+                self.identities.exited(tgid)
+                self.seen.discard(tgid)
             self._exits = []
         self._exits += self._new_exits
         self._new_exits = []
