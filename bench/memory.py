@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -33,8 +32,9 @@ import time
 
 from syscall_overhead import WRITER, start_agent
 
+from slotscope.agent.memory import COMPILER
+
 MiB = 2**20
-COMPILER = re.compile(r"/lib(bcc|LLVM|clang)[^/]*\.so")   # BCC and the compiler it links
 PARTS = ("rings", "compiler", "libraries", "heap")
 # The agent's CLI with a thread that writes its Arrow pool's bytes to $ARROW_REPORT every 0.1 s.
 LAUNCHER = """
