@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from dataclasses import dataclass, field
 
 COMPILER = re.compile(r"/lib(bcc|LLVM|clang)[^/]*\.so")   # BCC's library and the compiler it links
 MADV_DONTNEED = 4
@@ -25,21 +26,35 @@ def release_compiler() -> None:
     if trim is not None:
         trim(0)
     libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    for start, end in _file_copies():
-        libc.madvise(start, end - start, MADV_DONTNEED)
+    for m in file_copies():
+        libc.madvise(m.start, m.end - m.start, MADV_DONTNEED)
 
 
-def _file_copies() -> list[tuple[int, int]]:
-    """(start, end) of the compiler libraries' read-only mappings without a page of their own
-    (none Anonymous): each page is the file's, and nothing can write one before the madvise."""
-    out, mapping = [], None
-    with open("/proc/self/smaps") as f:
+@dataclass
+class Mapping:
+    """One mapping of a process's address space, as /proc/PID/smaps describes it."""
+    start: int
+    end: int
+    perms: str
+    path: str                                   # "" for anonymous memory; [heap], anon_inode:...
+    kb: dict[str, int] = field(default_factory=dict)     # Rss, Anonymous, ... in kB
+
+
+def mappings(pid: int | str = "self") -> list[Mapping]:
+    out = []
+    with open(f"/proc/{pid}/smaps") as f:
         for line in f:
-            fields = line.split()
-            if "-" in fields[0] and not fields[0].endswith(":"):      # a mapping: range perms offset dev inode path
-                path = fields[5] if len(fields) > 5 else ""
-                mapping = fields if COMPILER.search(path) and "w" not in fields[1] else None
-            elif fields[0] == "Anonymous:" and mapping is not None and fields[1] == "0":
-                start, end = (int(x, 16) for x in mapping[0].split("-"))
-                out.append((start, end))
+            fields = line.split(None, 5)
+            if fields[0].endswith(":"):
+                if len(fields) == 3 and fields[2] == "kB":
+                    out[-1].kb[fields[0][:-1]] = int(fields[1])
+            else:                               # range perms offset dev inode [path]
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                out.append(Mapping(start, end, fields[1], fields[5].rstrip("\n") if len(fields) > 5 else ""))
     return out
+
+
+def file_copies() -> list[Mapping]:
+    """The compiler libraries' read-only mappings without a page of their own (none Anonymous):
+    each page is the file's, and nothing can write one before the madvise."""
+    return [m for m in mappings() if COMPILER.search(m.path) and "w" not in m.perms and m.kb.get("Anonymous") == 0]

@@ -32,7 +32,7 @@ import time
 
 from syscall_overhead import WRITER, start_agent
 
-from slotscope.agent.memory import COMPILER
+from slotscope.agent.memory import COMPILER, mappings
 
 MiB = 2**20
 PARTS = ("rings", "compiler", "libraries", "heap")
@@ -69,14 +69,8 @@ for i in range(n):
 def breakdown(pid: int) -> dict[str, int]:
     """Bytes resident per part (PARTS), from the process's smaps."""
     parts = dict.fromkeys(PARTS, 0)
-    name = None
-    with open(f"/proc/{pid}/smaps") as f:
-        for line in f:
-            first = line.split(None, 5)
-            if "-" in first[0] and not first[0].endswith(":"):      # a mapping's header line
-                name = first[5].strip() if len(first) > 5 else ""
-            elif first[0] == "Rss:":
-                parts[_part(name)] += int(first[1]) * 1024
+    for m in mappings(pid):
+        parts[_part(m.path)] += m.kb["Rss"] * 1024
     return parts
 
 

@@ -1,7 +1,8 @@
-"""What the agent keeps per fd and per process is let go with the process: a process that
-opens an untraced file 20,000 times, or runs 1,000 short-lived children, leaves nothing
-behind in the decoder once it exited (Python memory traced by tracemalloc, not RSS: what the code
-keeps, not what the allocator holds on to)."""
+"""What the agent keeps in memory. Per fd and per process, it is let go with the process: a
+process that opens an untraced file 20,000 times, or runs 1,000 short-lived children, leaves
+nothing behind in the decoder once it exited (Python memory traced by tracemalloc, not RSS:
+what the code keeps, not what the allocator holds on to). Of the compiler, once the probes
+are loaded, only the pages its libraries wrote stay resident."""
 import gc
 import time
 import tracemalloc
@@ -11,6 +12,7 @@ import pytest
 from slotscope.agent.decode import Decoder
 from slotscope.agent.files import FileFilter, FileRegistry
 from slotscope.agent.identity import Identities
+from slotscope.agent.memory import file_copies
 from livehelp import ask, python_child, syscall_probes_on
 
 pytestmark = pytest.mark.live
@@ -98,3 +100,9 @@ def test_the_opens_of_an_untraced_file_leave_nothing_behind(tmp_path):
 def test_short_lived_children_leave_nothing_behind(tmp_path):
     more = kept_after(tmp_path, ["spawn 100"] * 10)                 # 520 KB were kept, ~520 bytes a child
     assert more < 128 * 1024, f"kept {more} bytes more after the process exited"
+
+
+def test_the_compiler_pages_are_given_back_once_the_probes_are_loaded():
+    with python_child(CHILD) as child, syscall_probes_on(child.pid):
+        resident = sum(m.kb["Rss"] * 1024 for m in file_copies())
+    assert resident < 1024 * 1024, f"{resident / 2**20:.1f} MiB of libbcc, LLVM and clang still resident"   # 75 MiB were
