@@ -41,7 +41,6 @@ class Decoder:
         self.fds = FdTable()
         self.identities = identities
         self.ignore_fd = ignore_fd or (lambda tgid, fd, gen: None)
-        self._ignored: set[tuple[int, int]] = set()
         self._paths: dict[tuple[int, int, int], str] = {}
         self._envs: dict[int, tuple[int, dict[str, str]]] = {}   # tgid -> (its execve, rank variables)
         self._exits: list[int] = []        # exited in earlier batches; their fds still wanted
@@ -87,14 +86,14 @@ class Decoder:
         if path is None:
             return None
         if path.startswith("/"):
-            return os.path.normpath(path)
+            return _normal(path)
         if dirfd == AT_FDCWD:
             base = self.registry.cwd_of(tgid)
         else:
             at = self.fds.at(FdTable.key(tgid, dirfd), t)
             info = self.registry.info(at[1]) if at else None
             base = info.path if info else None
-        return os.path.normpath(os.path.join(base, path)) if base else None
+        return _normal(os.path.join(base, path)) if base else None
 
     # ---- the one-by-one calls ----
     def _structural(self, ev: np.ndarray, idx: np.ndarray, procs: np.ndarray, fids: np.ndarray,
@@ -160,8 +159,7 @@ class Decoder:
                         self._ignore(tgid, ret, t1)
 
     def _ignore(self, tgid: int, fd: int, gen: int | None) -> None:
-        if (tgid, fd, gen) not in self._ignored:
-            self._ignored.add((tgid, fd, gen))
+        if self.fds.skip(FdTable.key(tgid, fd), gen or 0):
             self.ignore_fd(tgid, fd, gen)
 
     # ---- a whole batch ----
@@ -176,6 +174,8 @@ class Decoder:
             for tgid in self._exits:
                 self.fds.drop_process(tgid)
                 self.registry.forget(tgid)
+                self.identities.exited(tgid)
+                self.seen.discard(tgid)
             self._exits = []
         self._exits += self._new_exits
         self._new_exits = []
@@ -278,6 +278,13 @@ class Decoder:
                          "ts_enter": t, "fd": fd, "path": info and info.path, "dev": info and info.dev,
                          "ino": info and info.ino})
         return pa.Table.from_pylist(rows, schema=BLOCKED) if rows else None
+
+
+def _normal(path: str) -> str:
+    """An absolute path normalised as the kernel reads it: POSIX leaves a leading "//" to the
+    system and normpath keeps it, Linux reads it as "/" (pyenv opens "//.python-version")."""
+    path = os.path.normpath(path)
+    return path[1:] if path.startswith("//") else path
 
 
 def _c_str(raw: bytes) -> str:

@@ -260,7 +260,9 @@ class Identities:
 
     observe() reads a process early (at exec, while it surely lives: short-lived
     writers are gone by the time their rows are decoded); want() marks it for the
-    `procs` table. collect() returns the wanted identities that are settled."""
+    `procs` table. collect() returns the wanted identities that are settled. exited() lets
+    go of a process once nothing can need it (see _release): every process the machine ran
+    was kept for the whole recording."""
 
     def __init__(self, reader: IdentityReader | None = None):
         self.reader = reader or IdentityReader()
@@ -271,9 +273,33 @@ class Identities:
         self._emitted: set[int] = set()
         self._exec_ts: dict[int, int] = {}   # tgid -> its last exec: reads requested before are stale
         self._exec_env: dict[int, dict[str, str]] = {}   # tgid -> rank variables read at its exec
+        self._children: dict[int, int] = {}  # tgid -> its children in `parent`
+        self._exited: set[int] = set()       # gone, and kept until released
 
     def note_fork(self, parent: int, child: int) -> None:
         self.parent[child] = parent
+        self._children[parent] = self._children.get(parent, 0) + 1
+
+    def exited(self, tgid: int) -> None:
+        """The process is gone and none of its rows is still to come."""
+        self._exited.add(tgid)
+        self._release(tgid)
+
+    def _release(self, tgid: int) -> None:
+        """Forget a process that exited once nothing can need it: no read of it in flight, no
+        row of it still to write, no child left that may inherit its rank variables (a child
+        holds its ancestors); then its parent, if that exited before it, may go too."""
+        while (tgid in self._exited and not self._children.get(tgid) and tgid not in self._pending
+               and (tgid not in self._wanted or tgid in self._emitted)):
+            for kept in (self._exited, self._wanted, self._emitted):
+                kept.discard(tgid)
+            for kept in (self.known, self._exec_ts, self._exec_env, self._children):
+                kept.pop(tgid, None)
+            parent = self.parent.pop(tgid, None)
+            if parent is None:
+                return
+            self._children[parent] -= 1
+            tgid = parent
 
     def observe(self, tgid: int, now_ns: int) -> None:
         if tgid not in self.known and tgid not in self._pending:
@@ -334,6 +360,8 @@ class Identities:
                 continue  # still being read, or an ancestor is
             self._emitted.add(tgid)
             ready.append(ident)
+        for tgid in list(self._exited):     # what a read or a row kept
+            self._release(tgid)
         return ready
 
     def _inherit(self, ident: Identity, now_ns: int) -> bool:

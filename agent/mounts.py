@@ -74,11 +74,12 @@ class MountTable:
         p = path
         while True:
             m = self.by_point.get(p)
-            if m is not None:
+            if m is not None or p == "/":
                 return m
-            if p == "/":
+            parent = os.path.dirname(p)
+            if parent == p:     # "//x" or "x" end in "//" or "": not a path this answers, and no endless loop
                 return None
-            p = os.path.dirname(p)
+            p = parent
 
     def nfs_mounts(self) -> list[Mount]:
         return [m for m in self.by_point.values() if m.is_nfs]

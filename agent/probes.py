@@ -25,6 +25,7 @@ from . import kernel
 from .identity import RANK_VARS
 from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RINGS,
                       RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
+from .memory import release_compiler
 from .ringbuf import RingReader, record_size
 from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
@@ -355,6 +356,7 @@ def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
             bpf[b"cgroup_filter"][0] = fd
         finally:
             os.close(fd)
+    release_compiler()
     return loaded
 
 

@@ -54,15 +54,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def start_agent(cap: str, trace_prefix: str, launcher: list[str] | None = None) -> subprocess.Popen:
+    """`slotscope record -o CAP --path PREFIX -q`, once it says it is recording (warnings, such
+    as a --path that does not exist yet, come first). `launcher`: the interpreter's arguments
+    that run the CLI (default `-m slotscope.cli`)."""
+    agent = subprocess.Popen([sys.executable, *(launcher or ["-m", "slotscope.cli"]), "record", "-o", cap,
+                              "--path", trace_prefix, "-q"], stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    while not said or "recording to" not in said[-1]:
+        said.append(agent.stderr.readline())
+        if not said[-1]:
+            agent.wait()
+            raise SystemExit(f"agent did not start: {''.join(said)}")
+    return agent
+
+
 def with_agent(work: str, seconds: float, trace_prefix: str, rate: float = 0) -> tuple[float, dict, float, float]:
     """-> (the writer's write()s per second, the capture's totals, the writer's and the
     agent's CPU seconds while the writer ran)."""
     cap = os.path.join(work, f"cap-{len(os.listdir(work))}")
-    agent = subprocess.Popen([sys.executable, "-m", "slotscope.cli", "record", "-o", cap,
-                              "--path", trace_prefix, "-q"], stderr=subprocess.PIPE, text=True)
-    line = agent.stderr.readline()
-    if "recording" not in line:
-        raise SystemExit(f"agent did not start: {line}{agent.stderr.read()}")
+    agent = start_agent(cap, trace_prefix)
     try:
         time.sleep(1)        # past the agent's start-up work
         before = cpu_seconds(agent.pid)

@@ -5,9 +5,9 @@ directory file descriptor it opened itself, with O_NOFOLLOW|O_EXCL: a symlink
 an ordinary user planted cannot redirect a write. Files are 0600 and
 directories 0700 (0640/0750 with group_readable).
 
-Segments: rows gather in memory and about a second after its first row the
-segment is written to `.NNNNNN.arrow.partial`, fsynced and renamed to
-`NNNNNN.arrow`, so a SIGKILL or a power loss costs at most that second.
+Segments: rows gather in memory and about a second after its first row, or once
+it holds SEGMENT_BYTES, the segment is written to `.NNNNNN.arrow.partial`, fsynced
+and renamed to `NNNNNN.arrow`, so a SIGKILL or a power loss costs at most that second.
 """
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ from .safepath import LinkFound, UnsafePath, open_parent, open_subdir
 from .tables import newest
 
 SEGMENT_SECONDS = 1.0
+# A write storm's second of syscall rows is ~60 MiB serialised, and the segment's buffer
+# grows by doubling: it held 128 MiB at the storm's peak. The rows of one drain, the most
+# appended at once, are far less.
+SEGMENT_BYTES = 8 << 20
 # Still written past the size limit: small, and they say whose the rows are and what was lost.
 ALWAYS_WRITTEN = ("procs", "loss", "agent")
 
@@ -212,6 +216,8 @@ class TableWriter:
             return
         self._segment_rows += table.num_rows
         self.rows += table.num_rows
+        if self._sink.tell() >= SEGMENT_BYTES:
+            self.close_segment()
 
     def tick(self, now: float | None = None) -> None:
         if self._writer is not None and (now or time.monotonic()) - self._opened_at >= SEGMENT_SECONDS:

@@ -98,6 +98,23 @@ def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
     assert cap.read("rpc") is None          # a table never written
 
 
+def test_a_segment_closes_when_it_is_full_not_only_when_its_second_is_over(tmp_path, clock, monkeypatch):
+    """A write storm's rows do not pile up in memory for a second: the open segment is written
+    once it holds SEGMENT_BYTES."""
+    monkeypatch.setattr(cw, "SEGMENT_BYTES", 64 << 10)
+    path = str(tmp_path / "cap")
+    w = CaptureWriter(path)
+    w.write_meta(meta())
+    batches = [syscall_table([sc(10, "write", 100, 4096, ts=b * 1000 + i) for i in range(200)]) for b in range(20)]
+    for batch in batches:
+        w.append("syscall", batch)
+        assert w.tables["syscall"].size() - w.tables["syscall"].closed_bytes < cw.SEGMENT_BYTES
+    segments = _ls(tmp_path / "cap" / "syscall")
+    assert len(segments) >= 4                   # no tick: the clock did not move
+    w.close()
+    assert Capture.open(path).read("syscall").num_rows == 20 * 200
+
+
 def test_close_finishes_the_open_segment(tmp_path):
     path = str(tmp_path / "cap")
     w = CaptureWriter(path)

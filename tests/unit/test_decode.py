@@ -73,3 +73,17 @@ def test_a_write_read_after_its_process_exit_is_still_named(tmp_path, stopped_sh
     assert dec.unnamed == 0
     # Once a caught-up batch followed, the process's fds are forgotten: its pid may be reused.
     assert dec.feed(_sys([_call(tgid, 700, "write", 1, 2, count=2)]), *none) is None
+
+
+@pytest.mark.timeout(10)   # the bug was an endless loop in the mount lookup
+def test_a_path_with_two_leading_slashes_is_the_file_it_names(tmp_path):
+    """Linux reads "//x" as "/x" (normpath keeps the two slashes): a file opened so is the traced
+    file, named as it is elsewhere."""
+    f = tmp_path / "f"
+    f.write_text("x\n")
+    tgid = _gone_pid()
+    dec = Decoder(FileRegistry(FileFilter(prefixes=(str(tmp_path),), fstypes=None)), Identities())
+    calls = _sys([_call(tgid, 100, "openat", AT_FDCWD, 3, flags=O_WRONLY_CREAT_TRUNC, npaths=1),
+                  _call(tgid, 200, "write", 3, 2, count=2)])
+    rows = dec.feed(calls, _path(tgid, 100, "/" + str(f)), np.empty(0, PROC_EVENT.dtype))
+    assert rows is not None and rows.column("path").to_pylist() == [str(f)] * 2

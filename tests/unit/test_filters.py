@@ -300,3 +300,12 @@ def test_traced_devices_follow_the_filter():
     assert devs(("/tmp/job",), frozenset({"tmpfs"})) == {os.makedev(0, 40), os.makedev(0, 41)}
     assert devs(("/mnt/nfs/run1",), frozenset({"nfs", "nfs4"})) == {os.makedev(0, 53)}
     assert devs((), None) is None       # --fs any: every device may hold a traced file
+
+
+@pytest.mark.timeout(10)   # the bug was an endless loop
+def test_find_ends_on_paths_that_are_not_normalised():
+    """normpath keeps a leading "//" (pyenv opens "//.python-version"): the walk up from it
+    reached "//" and stayed there, and the agent's drain never returned."""
+    table = MountTable(parse_mountinfo(MOUNTINFO))
+    assert table.find("//.python-version") is None
+    assert table.find("relative/x") is None

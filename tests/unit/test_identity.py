@@ -276,3 +276,32 @@ def test_a_read_that_finishes_after_the_watchdog_replaces_its_row(ids, reader):
     reader.results.put(Identity(30, 1, "python", "train.py", "", {"RANK": "5"}, 0))  # the read, late
     again = ids.collect(0)
     assert [(i.tgid, i.rank, i.complete) for i in again] == [(30, 5, True)]
+
+
+def test_an_exited_process_is_kept_while_a_child_may_inherit_from_it(ids, reader):
+    """A launcher that exits before its child first writes still gives the child its rank; once
+    both are gone, nothing of either is kept."""
+    ids.exec_(100, 1)
+    reader.arrive(100, 1, {"RANK": "4"}, first_seen=1)
+    ids.note_fork(100, 101)
+    ids.exited(100)
+    assert ids.collect(2) == [] and 100 in ids.known
+    ids.want(101, 3)
+    reader.arrive(101, None)                       # gone before /proc was read: its fork names its parent
+    [child] = ids.collect(4)
+    assert (child.rank, child.inherited_from) == (4, 100)
+    ids.exited(101)
+    assert ids.collect(5) == []
+    assert (ids.known, ids.parent, ids.busy()) == ({}, {}, False)
+
+
+def test_an_exited_process_is_kept_until_its_row_is_written(ids, reader):
+    """Its identity was read, but its row waits for an ancestor's read (the rank it inherits)."""
+    ids.want(100, 1)
+    ids.exited(100)
+    reader.arrive(100, 50)
+    assert ids.collect(2) == [] and 100 in ids.known
+    reader.arrive(50, 1, {"RANK": "7"})
+    [ident] = ids.collect(3)
+    assert (ident.tgid, ident.rank, ident.inherited_from) == (100, 7, 50)
+    assert 100 not in ids.known

@@ -1,0 +1,60 @@
+"""What loading the probes leaves in the agent's memory, given back once they are loaded.
+
+BCC compiles the programs inside this process with clang and LLVM, which libbcc links:
+importing bcc maps them and touches ~55 MiB of their pages (relocations, static
+constructors), the compile ~30 MiB more, and malloc keeps ~20 MiB the compile freed. None
+of it is used again while the programs run (bench/memory.py measures it all).
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass, field
+
+COMPILER = re.compile(r"/lib(bcc|LLVM|clang)[^/]*\.so")   # BCC's library and the compiler it links
+MADV_DONTNEED = 4
+
+
+def release_compiler() -> None:
+    """Give back the heap malloc kept (malloc_trim), and drop from this process the pages of
+    the compiler's libraries that are plain copies of their files (MADV_DONTNEED, as BCC's
+    own bcc_free_memory does for a libbcc linked into the program): were the compiler to run
+    again (it does not before the unload), they would be read again from the page cache.
+    Mappings a library wrote to (its relocated data) are left as they are."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    trim = getattr(libc, "malloc_trim", None)    # glibc's; other C libraries have none
+    if trim is not None:
+        trim(0)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    for m in file_copies():
+        libc.madvise(m.start, m.end - m.start, MADV_DONTNEED)
+
+
+@dataclass
+class Mapping:
+    """One mapping of a process's address space, as /proc/PID/smaps describes it."""
+    start: int
+    end: int
+    perms: str
+    path: str                                   # "" for anonymous memory; [heap], anon_inode:...
+    kb: dict[str, int] = field(default_factory=dict)     # Rss, Anonymous, ... in kB
+
+
+def mappings(pid: int | str = "self") -> list[Mapping]:
+    out = []
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split(None, 5)
+            if fields[0].endswith(":"):
+                if len(fields) == 3 and fields[2] == "kB":
+                    out[-1].kb[fields[0][:-1]] = int(fields[1])
+            else:                               # range perms offset dev inode [path]
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                out.append(Mapping(start, end, fields[1], fields[5].rstrip("\n") if len(fields) > 5 else ""))
+    return out
+
+
+def file_copies() -> list[Mapping]:
+    """The compiler libraries' read-only mappings without a page of their own (none Anonymous):
+    each page is the file's, and nothing can write one before the madvise."""
+    return [m for m in mappings() if COMPILER.search(m.path) and "w" not in m.perms and m.kb.get("Anonymous") == 0]
