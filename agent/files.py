@@ -29,7 +29,7 @@ HISTORY_SECONDS = 5.0
 LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "overlay"})  # keep older mappings this long for writes that started before a close
 
 
-@dataclass
+@dataclass(slots=True)     # up to FileRegistry.OTHER_MAX of them: no __dict__ each
 class FileInfo:
     path: str
     dev: int | None
