@@ -1,11 +1,14 @@
 """Bulk reader of a BPF ring buffer that holds one fixed-size event type.
 
-The kernel maps a ring buffer's data pages twice, back to back, so the span
-from the consumer to the producer position is contiguous even when it wraps.
-With every record the same size, that span is an array with a fixed stride:
-one numpy view decodes a whole batch, and the consumer position advances once
-per batch. Decoding costs per batch, not per event (BCC's per-event callback
-is the bottleneck this replaces).
+With every record the same size, the span from the consumer to the producer
+position is an array with a fixed stride: one numpy view decodes a whole batch,
+and the consumer position advances once per batch. Decoding costs per batch,
+not per event (BCC's per-event callback is the bottleneck this replaces).
+
+The kernel offers the data pages twice, back to back, so that a span that wraps
+is contiguous too (libbpf maps both). Mapped so, every page counted twice in
+the agent's RSS (42.5 MiB for its 21 MiB of rings); mapped once, the span that
+crosses the end, once a lap, is copied whole from its two pieces.
 """
 from __future__ import annotations
 
@@ -40,9 +43,9 @@ class RingReader:
         self.data_size = data_size
         self.event_size = layout.dtype.itemsize
         self.stride = record_size(layout)
-        # Consumer page: ours to write. Producer page + twice-mapped data: read-only.
+        # Consumer page: ours to write. Producer page + the data, once: read-only.
         self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
-        self._prod_map = mmap.mmap(map_fd, page + 2 * data_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        self._prod_map = mmap.mmap(map_fd, page + data_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
         self._cons = np.frombuffer(self._cons_map, dtype=np.uint64, count=1)
         self._prod = np.frombuffer(self._prod_map, dtype=np.uint64, count=1)
         self._data_off = page
@@ -69,8 +72,8 @@ class RingReader:
         self.caught_up = True
         if n <= 0:
             return np.empty(0, self._dtype)
-        off = self._data_off + (cons & (self.data_size - 1))
-        lens = np.frombuffer(self._prod_map, dtype=self._record, count=n, offset=off)["len"]
+        span = self._span(cons & (self.data_size - 1), n * self.stride)
+        lens = span.view(self._record)["len"]
         busy = np.flatnonzero(lens & BUSY_BIT)
         if busy.size:  # stop at the first record still being written
             n = int(busy[0])
@@ -81,12 +84,21 @@ class RingReader:
             raise RingLayoutError(f"{self.layout.name}: record of {int(sizes.max())} bytes, "
                                   f"expected {self.event_size}")
         # Copy raw bytes, then view them: numpy copies a structured field member by member (4x slower).
-        raw = np.frombuffer(self._prod_map, dtype=np.uint8, count=n * self.stride, offset=off)
-        raw = raw.reshape(n, self.stride)[:, HEADER_SIZE:HEADER_SIZE + self.event_size]
+        raw = span[:n * self.stride].reshape(n, self.stride)[:, HEADER_SIZE:HEADER_SIZE + self.event_size]
         keep = (lens & DISCARD_BIT) == 0
         events = raw[keep] if not keep.all() else raw.copy()
         self._cons[0] = cons + n * self.stride
         return events.view(self._dtype).reshape(-1)
+
+    def _span(self, start: int, size: int) -> np.ndarray:
+        """The ring's bytes [start, start + size), contiguous: a view of the mapping, or a copy
+        of its two pieces when they cross the end."""
+        head = min(size, self.data_size - start)
+        first = np.frombuffer(self._prod_map, dtype=np.uint8, count=head, offset=self._data_off + start)
+        if head == size:
+            return first
+        rest = np.frombuffer(self._prod_map, dtype=np.uint8, count=size - head, offset=self._data_off)
+        return np.concatenate((first, rest))
 
     def close(self) -> None:
         self._cons = self._prod = None

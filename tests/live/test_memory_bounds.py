@@ -12,7 +12,8 @@ import pytest
 from slotscope.agent.decode import Decoder
 from slotscope.agent.files import FileFilter, FileRegistry
 from slotscope.agent.identity import Identities
-from slotscope.agent.memory import file_copies
+from slotscope.agent.memory import file_copies, mappings
+from slotscope.agent.probes import PAGE
 from livehelp import ask, python_child, syscall_probes_on
 
 pytestmark = pytest.mark.live
@@ -106,3 +107,12 @@ def test_the_compiler_pages_are_given_back_once_the_probes_are_loaded():
     with python_child(CHILD) as child, syscall_probes_on(child.pid):
         resident = sum(m.kb["Rss"] * 1024 for m in file_copies())
     assert resident < 1024 * 1024, f"{resident / 2**20:.1f} MiB of libbcc, LLVM and clang still resident"   # 75 MiB were
+
+
+def test_the_rings_count_once_in_the_resident_set():
+    """The reader maps each ring's data pages once (agent/ringbuf.py): twice, they were 42.5
+    MiB of RSS for 21 MiB of rings."""
+    with python_child(CHILD) as child, syscall_probes_on(child.pid) as loaded:
+        resident = sum(m.kb["Rss"] * 1024 for m in mappings() if m.path.startswith("anon_inode:bpf-map"))
+        rings = sum(ring.data_size + 2 * PAGE for ring in loaded.rings.values())   # + consumer, producer pages
+    assert resident <= rings, f"{resident / 2**20:.1f} MiB resident for {rings / 2**20:.1f} MiB of rings"
