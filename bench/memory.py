@@ -2,11 +2,12 @@
 """Where the recording agent's memory goes, in one run on this machine.
 
 Runs `slotscope record` (the real agent, its real probes) on a directory, and reads its
-/proc/PID/smaps at each phase: its start-up peak (the BPF compile), idle, the peak and the
-end of a write storm (a writer of 4 KiB write()s as fast as it can to a traced file, as
-bench/syscall_overhead.py's), idle again after it, and before the storm after workloads
-that grow per-file and per-process state: one process opening an untraced file again and
-again at a busy host's pace (--opens, --open-rate), and short-lived processes (--procs). Each RSS is broken down by what its pages map:
+/proc/PID/smaps at each phase: its start-up peak (the BPF compile), idle, after workloads
+that grow per-file and per-process state (one process opening an untraced file again and
+again at a busy host's pace, --opens and --open-rate; short-lived processes, --procs),
+at the peak of a write storm (a writer of 4 KiB write()s as fast as it can to a traced
+file, as bench/syscall_overhead.py's) and some seconds after it (--settle). Each RSS is
+broken down by what its pages map:
 
   rings      the BPF ring buffers (anon_inode:bpf-map: kernel pages, mapped twice)
   compiler   libbcc, LLVM and clang, which BCC compiles the programs with
@@ -14,10 +15,12 @@ again at a busy host's pace (--opens, --open-rate), and short-lived processes (-
   heap       anonymous memory: Python objects, malloc, Arrow's buffers (of which
              `arrow`, read in the agent by a reporter thread the bench adds), numpy arrays
 
-against the idle agent (x idle) and a floor: a Python process that imports what the
-agent imports (numpy, pyarrow, the agent's modules) and does nothing. Needs root.
+against the idle agent (x idle), and the same parts of a floor: a Python process that
+imports what the agent imports (numpy, pyarrow, the agent's modules) and does nothing.
+Needs root.
 
-    sudo .venv/bin/python bench/memory.py [--idle 5] [--seconds 10] [--settle 15] [--opens 100000] [--open-rate 10000] [--procs 2000] [--json]
+    sudo .venv/bin/python bench/memory.py [--idle 5] [--seconds 10] [--settle 15] [--opens 100000]
+                                          [--open-rate 10000] [--procs 2000] [--json]
 """
 from __future__ import annotations
 
@@ -141,13 +144,13 @@ def run_sampling(agent: Agent, cmd: list[str], label: str) -> dict:
     return agent.peak(label, best)
 
 
-def floor() -> int:
-    """RSS of a Python process that imports what the agent imports and does nothing else."""
+def floor() -> dict:
+    """A Python process that imports what the agent imports and does nothing else."""
     proc = subprocess.Popen([sys.executable, "-c", FLOOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     proc.stdout.readline()
-    rss = status(proc.pid, "VmRSS")
+    parts = breakdown(proc.pid)
     proc.communicate("\n")
-    return rss
+    return {"phase": "floor: the imports alone", "rss": sum(parts.values()), **parts, "arrow": None}
 
 
 def measure(args) -> dict:
@@ -177,11 +180,11 @@ def measure(args) -> dict:
             rows.append(agent.sample("after the storm"))
         finally:
             totals = agent.stop()
+    rows.append(floor())
     idle = rows[1]["rss"]
     for row in rows:
         row["x_idle"] = row["rss"] / idle
-    return {"rows": rows, "floor": floor(), "storm_rows": totals["rows"],
-            "lost": sum(totals["lost"].values())}
+    return {"rows": rows, "storm_rows": totals["rows"], "lost": sum(totals["lost"].values())}
 
 
 def main() -> int:
@@ -206,8 +209,7 @@ def main() -> int:
     for row in result["rows"]:
         print(f"{row['phase']:<26}" + "".join(f"{row[c] / MiB:>10.1f}" if row[c] is not None else f"{'-':>10}"
                                             for c in cols) + f"{row['x_idle']:>8.2f}")
-    print(f"floor (the agent's imports, nothing else): {result['floor'] / MiB:.1f} MiB; "
-          f"storm: {result['storm_rows']:,} rows, {result['lost']:,} lost")
+    print(f"the storm: {result['storm_rows']:,} rows, {result['lost']:,} events lost")
     return 0
 
 
