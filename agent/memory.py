@@ -1,9 +1,11 @@
-"""What loading the probes leaves in the agent's memory, given back once they are loaded.
+"""Memory the agent gives back: what loading the probes left, and what its allocators keep.
 
 BCC compiles the programs inside this process with clang and LLVM, which libbcc links:
 importing bcc maps them and touches ~55 MiB of their pages (relocations, static
 constructors), the compile ~30 MiB more, and malloc keeps ~20 MiB the compile freed. None
-of it is used again while the programs run (bench/memory.py measures it all).
+of it is used again while the programs run. After a burst of events, mimalloc (Arrow's
+pool) and malloc keep the pages freed for its tables: 30-50 MiB after a write storm.
+bench/memory.py measures it all.
 """
 from __future__ import annotations
 
@@ -11,23 +13,37 @@ import ctypes
 import re
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 COMPILER = re.compile(r"/lib(bcc|LLVM|clang)[^/]*\.so")   # BCC's library and the compiler it links
 MADV_DONTNEED = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 
 def release_compiler() -> None:
-    """Give back the heap malloc kept (malloc_trim), and drop from this process the pages of
-    the compiler's libraries that are plain copies of their files (MADV_DONTNEED, as BCC's
-    own bcc_free_memory does for a libbcc linked into the program): were the compiler to run
-    again (it does not before the unload), they would be read again from the page cache.
-    Mappings a library wrote to (its relocated data) are left as they are."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    trim = getattr(libc, "malloc_trim", None)    # glibc's; other C libraries have none
+    """Once the probes are loaded: give back the heap malloc kept, and drop from this process
+    the pages of the compiler's libraries that are plain copies of their files (MADV_DONTNEED,
+    as BCC's own bcc_free_memory does for a libbcc linked into the program): were the compiler
+    to run again (it does not before the unload), they would be read again from the page
+    cache. Mappings a library wrote to (its relocated data) are left as they are."""
+    _malloc_trim()
+    for m in file_copies():
+        _libc.madvise(m.start, m.end - m.start, MADV_DONTNEED)
+
+
+def give_back() -> None:
+    """The free memory the allocators keep, to the kernel: Arrow's pool (mimalloc purges
+    freed pages only as it allocates again) and malloc's. Costs 0.3-0.8 ms idle, up to
+    17 ms during a write storm (bench/memory.py's)."""
+    pa.default_memory_pool().release_unused()
+    _malloc_trim()
+
+
+def _malloc_trim() -> None:
+    trim = getattr(_libc, "malloc_trim", None)    # glibc's; other C libraries have none
     if trim is not None:
         trim(0)
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    for m in file_copies():
-        libc.madvise(m.start, m.end - m.start, MADV_DONTNEED)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from .decode import Decoder
 from .files import FileFilter, FileRegistry, mount_tables, traced_devs
 from .identity import READ_TIMEOUT, Identities
 from .layouts import LOSS_COUNTERS, warm_up
+from .memory import give_back
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
 from .probes import DRAIN_EVERY, Filters, KprobeGroup, SyscallProbes, ebpf_text, load, runnable_groups
@@ -589,6 +590,7 @@ class Recorder:
 
     def _write_agent(self, now: float) -> None:
         self._last_agent = now
+        give_back()     # what a burst of events left: the row says what the agent holds
         ts = _monotonic_ns()
         ru = resource.getrusage(resource.RUSAGE_SELF)
         with open("/proc/self/statm") as f:
