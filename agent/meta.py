@@ -8,6 +8,7 @@ import time
 from slotscope.capture.meta import new_meta, slotscope_version
 
 from .identity import redact_argv
+from .links import interfaces, speed_bps
 from .mounts import MountTable
 
 SUNRPC_SYSCTLS = ("tcp_slot_table_entries", "tcp_max_slot_table_entries", "udp_slot_table_entries",
@@ -77,12 +78,8 @@ def sunrpc_sysctls() -> dict[str, str | None]:
 
 
 def nics() -> list[dict]:
-    out = []
-    for name in sorted(os.listdir("/sys/class/net")):
-        speed = _read(f"/sys/class/net/{name}/speed")
-        out.append({"name": name,
-                    "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None})
-    return out
+    return [{"name": name, "speed_mbps": bps // 1_000_000 if bps else None}
+            for name in interfaces() for bps in [speed_bps(name)]]
 
 
 def start_meta(argv: list[str], filters: dict, probes: dict) -> dict:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from slotscope.capture.kmsg import KmsgFilter
 from slotscope.capture.tables import schema
 
+from .links import speed_bps
 from .mounts import MountTable
 
 
@@ -111,7 +112,7 @@ class NetdevSampler:
                 self._retry_at = now + self.RETRY
                 continue
             name = link.get_attr("IFLA_IFNAME")
-            self.routes[server] = (name, _speed_bps(name))
+            self.routes[server] = (name, speed_bps(name))
 
     def sample(self) -> list[dict]:
         """The NETDEV rows of one sample (none before EVERY s have passed)."""
@@ -146,21 +147,6 @@ def _pread_all(fd: int, chunk: int = 65536) -> bytes:
     while len(parts[-1]) == chunk:
         parts.append(os.pread(fd, chunk, chunk * len(parts)))
     return b"".join(parts)
-
-
-def _speed_bps(iface: str) -> int | None:
-    """The link speed from ethtool (an ioctl on a socket, so it is the agent's own network
-    namespace, where the route lookup was made; /sys/class/net may be another namespace's)."""
-    from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
-    try:
-        tool = IoctlEthtool(iface)
-        try:
-            mbps = tool.get_link_settings().speed
-        finally:
-            tool.close()
-    except (EthtoolError, OSError):
-        return None     # lo and most virtual links have no speed
-    return mbps * 1_000_000 if 0 < mbps < 0xFFFFFFFF else None   # ~0: SPEED_UNKNOWN
 
 
 class KmsgReader:

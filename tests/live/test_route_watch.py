@@ -1,6 +1,8 @@
 """The link sampler looks up the route to each NFS server again only when something it depends
 on changed: a mount, a route, an address or a link (agent/samplers.py, RouteWatch)."""
+import json
 import os
+import sys
 import subprocess
 
 import pytest
@@ -51,3 +53,14 @@ def test_a_mount_change_is_seen_once(watch, tmp_path):
     finally:
         subprocess.run(["umount", str(tmp_path)], check=True)
     assert watch.changed()
+
+
+def test_meta_names_the_links_of_the_agents_own_namespace():
+    """meta.json's NICs are those of the agent's network namespace, with their speeds, even when
+    /sys/class/net shows another (here: the host's, since unshare --net does not remount /sys)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a network namespace)")
+    script = ("ip link add sst0 type veth peer name sst1 && "
+              f"{sys.executable} -c 'import json; from slotscope.agent.meta import nics; print(json.dumps(nics()))'")
+    out = subprocess.run(["unshare", "--net", "sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert {n["name"]: n["speed_mbps"] for n in json.loads(out)} == {"lo": None, "sst0": 10_000, "sst1": 10_000}
