@@ -17,10 +17,7 @@ from livehelp import start_slotscope, wait_recording
 from slotscope.capture.reader import Capture
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-import test_tui_tmux  # noqa: E402
 from unit_helpers import slotscope_command  # noqa: E402
-
-tmux = test_tui_tmux.tmux      # the fixture: a tmux server of the test's own, a session in a real terminal
 
 pytestmark = pytest.mark.live
 
