@@ -112,7 +112,7 @@ def main():
             saves.append({"client": client, "step": n, "dir": where, "start": t0, "end": t1,
                           "wall_s": round(t1 - t0, 4),
                           "files": [os.path.join(step, f) for f in names]})
-    result = {"rank": rank, "pid": os.getpid(), "clients": a.client, "saves": saves}
+    result = {"rank": rank, "pid": os.getpid(), "uid": os.getuid(), "clients": a.client, "saves": saves}
     Path(a.results, f"rank{rank}.json").write_text(json.dumps(result, indent=2) + "\n")
     dist.barrier()
     dist.destroy_process_group()

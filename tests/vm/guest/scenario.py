@@ -36,6 +36,7 @@ CLI = ["nsenter", "--net=/run/netns/cli"]
 EXPORT = Path("/export")
 MNT = "/mnt/nfs"
 CKPT = "ckpt"
+RANKS_CODE = Path("/opt/rig")   # the ranks' scripts, copied out of the root-only job share
 CAPTURE = Path("/var/tmp/capture")  # local disk: never onto the traced mount
 CAPTURES = "/var/tmp/capture-{n}"  # the boot's agent: one capture per scenario, and one between each two
 T0 = time.monotonic()
@@ -44,6 +45,25 @@ timings = {}
 
 class ScenarioError(RuntimeError):
     pass
+
+
+AGENT_UID = 1000
+
+
+def as_user(spec):
+    """What runs a command as the scenario's ordinary user, if it has one: after nsenter (which
+    needs root), so the user's processes live in the client's network namespace."""
+    user = spec.get("agent_user")
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"] if user else []
+
+
+def make_user(user):
+    """The ordinary user of --agent-user, owning the export's checkpoint directory (the export
+    keeps uids as they are: no_root_squash and no idmapping)."""
+    if subprocess.run(["getent", "passwd", user], capture_output=True).returncode:
+        sh("useradd", "--uid", str(AGENT_UID), "--user-group", "--no-create-home", "--home-dir", "/tmp",
+           "--shell", "/bin/sh", user)
+    os.chown(EXPORT / CKPT, AGENT_UID, AGENT_UID)
 
 
 def log(msg):
@@ -92,6 +112,7 @@ def install_project():
         ".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", "out", ".job"))
     sh(VENV_PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
        "--disable-pip-version-check", str(copy), timeout=600)
+    shutil.copytree(JOB / "guest", RANKS_CODE)
 
 
 @timed("modules")
@@ -268,7 +289,7 @@ class Agent:
     def __init__(self, spec, path=CAPTURE):
         self.log = open(RESULTS / "agent.log", "w")     # copied into each scenario's results
         self.path, self.number = str(path), 1
-        cmd = [*CLI, "slotscope", "record", "-o", self.path, "--fs", "nfs", *spec["agent_args"]]
+        cmd = [*CLI, *as_user(spec), "slotscope", "record", "-o", self.path, "--fs", "nfs", *spec["agent_args"]]
         log(f"agent: {' '.join(cmd)}")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.recording = None       # the capture it last said it records to
@@ -372,7 +393,7 @@ def start_ranks(spec, target, saves=False):
         p = rank_params(spec, rank)
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec["ranks"]))
         procs[rank] = subprocess.Popen(
-            [*CLI, VENV_PY, str(JOB / "guest/writer.py"), "--dir", target,
+            [*CLI, *as_user(spec), VENV_PY, str(RANKS_CODE / "writer.py"), "--dir", target,
              "--write-size", str(p["write_size"]), "--mode", p["mode"],
              "--file-bytes", str(int(p["file_mb"] * 2**20)), "--files", str(spec["files_per_rank"]),
              *(["--saves"] if saves else [])],
@@ -454,7 +475,10 @@ def client_job(spec, agent=None):
     results = Path("/var/tmp/client-results")
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir()
-    cmd = [*CLI, TORCHRUN, "--standalone", "--nproc-per-node", str(spec["ranks"]), str(JOB / "guest/clients.py"),
+    if spec.get("agent_user"):
+        os.chown(results, AGENT_UID, AGENT_UID)
+    cmd = [*CLI, *as_user(spec), TORCHRUN, "--standalone", "--nproc-per-node", str(spec["ranks"]),
+           str(RANKS_CODE / "clients.py"),
            *(arg for c in spec["clients"] for arg in ("--client", c)), "--dir", f"{MNT}/{CKPT}",
            "--state-mb", str(spec["state_mb"]),
            "--saves", str(spec["saves"]), "--save-every", str(spec["save_every"]), "--results", str(results)]
@@ -691,6 +715,8 @@ def main():
         tunables = read_tunables()
         make_link()
         start_server(jobs[0]["spec"])   # the host gives a boot one export_fs
+        if jobs[0]["spec"].get("agent_user"):      # and one agent user
+            make_user(jobs[0]["spec"]["agent_user"])
     except (ScenarioError, OSError, subprocess.SubprocessError) as e:
         (RESULTS / "error.txt").write_text(f"{e}\n")
         log(f"FAILED before the first scenario: {e}")

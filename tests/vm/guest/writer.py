@@ -66,7 +66,7 @@ def save(a, rank, where, buf):
         path = os.path.join(outdir, f"shard{i}.bin")
         files[os.path.relpath(path, where)] = write_file(path, a.file_bytes, a.write_size, a.mode, buf)
     wall = time.monotonic() - t0
-    print(json.dumps({"rank": rank, "pid": os.getpid(), "wall_s": round(wall, 4),
+    print(json.dumps({"rank": rank, "pid": os.getpid(), "uid": os.getuid(), "wall_s": round(wall, 4),
                       "bytes": sum(files.values()), "files": files,
                       "write_size": a.write_size, "mode": a.mode}), flush=True)
 

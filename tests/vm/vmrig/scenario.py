@@ -87,6 +87,9 @@ def parser():
     ap.add_argument("--server-freeze-for", type=float, metavar="S", help="how long it stays unreachable")
     ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record`")
     ap.add_argument("--no-agent", action="store_true", help="run without the agent")
+    ap.add_argument("--agent-user", metavar="USER",
+                    help="run the agent and the ranks as this ordinary user (created in the guest, uid 1000, "
+                         "owning the export's checkpoint directory): what a user without root meets")
     ap.add_argument("--compare-agent", type=int, metavar="N",
                     help="overhead mode: after a warm-up round, N blocks of rounds of the writers, "
                          "each block without then with the agent (--compare-repeat rounds each), and a "
@@ -155,7 +158,7 @@ def spec_of(a):
         "files_per_rank": a.files_per_rank,
         "rank_overrides": {str(r): f for r, f in a.rank_override},
         "freeze_at": a.server_freeze_at, "freeze_for": a.server_freeze_for,
-        "agent": not a.no_agent, "agent_args": a.agent_args.split(),
+        "agent": not a.no_agent, "agent_args": a.agent_args.split(), "agent_user": a.agent_user,
         "nfsd_threads": a.nfsd_threads, "agent_start_timeout": a.agent_start_timeout,
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
         "compare_agent": a.compare_agent,
@@ -250,9 +253,10 @@ def run(a):
 
 
 def boot_key(spec):
-    """What scenarios sharing a boot must have in common: one export and one agent serve them
-    all, and the overhead mode runs its own agents."""
-    return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec["compare_agent"])
+    """What scenarios sharing a boot must have in common: one export and one agent (and its
+    user) serve them all, and the overhead mode runs its own agents."""
+    return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec.get("agent_user"),
+            spec["compare_agent"])
 
 
 def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
