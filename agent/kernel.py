@@ -86,12 +86,16 @@ def effective_capabilities(status: str | None = None) -> int:
     return 0
 
 
-def bpf_privilege_missing(caps: int | None = None) -> str | None:
+def may_trace(caps: int) -> bool:
+    """Whether a capability mask lets a process load tracing programs."""
+    return bool(caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1))
+
+
+def bpf_privilege_missing() -> str | None:
     """Why this process may not load tracing programs, or None: capabilities are checked, not the
     uid (root in a container may lack them; a user may hold them), then the bpf() call itself,
     which a seccomp filter or a user namespace refuses with EPERM whatever the capabilities."""
-    caps = effective_capabilities() if caps is None else caps
-    if not (caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)):
+    if not may_trace(effective_capabilities()):
         return "needs root (CAP_BPF and CAP_PERFMON): run with sudo"
     if _map_create_errno(BPF_MAP_TYPE_RINGBUF) == errno.EPERM:
         return "the bpf() system call is refused (EPERM) despite the capabilities: a seccomp filter or a container"

@@ -8,6 +8,7 @@ import os
 from slotscope.capture.mountstats import OP_FIELDS, nfs_sections, parse_section
 
 from .mounts import MountTable
+from .samplers import pread_all
 
 MS = 1_000_000      # mountstats counts times in whole ms
 # The transport counters that are running totals (the rest are the port and a high-water mark).
@@ -43,6 +44,11 @@ def xprt_rows(ts: int, interval_ns: int, mount: str, server: str, before: dict, 
     return rows
 
 
+def _went_back(before: dict, after: dict) -> bool:
+    """Whether an op's counters are lower than before: a remount at the same point (a new baseline)."""
+    return any(now[k] < before["ops"].get(op, now)[k] for op, now in after["ops"].items() for k in OP_FIELDS)
+
+
 def _server(section: str, mountpoint: str, mounts: MountTable) -> str:
     """The server's address as the mount options give it (as in netdev), else the device's host."""
     mount = mounts.by_point.get(mountpoint)
@@ -55,7 +61,8 @@ def _server(section: str, mountpoint: str, mounts: MountTable) -> str:
 
 class MountstatsSampler:
     """Deltas of every NFS mount's counters since the previous sample. A mount seen for the first
-    time (at the start, or mounted since) is a baseline: no rows until the next sample."""
+    time (at the start, or mounted since), or whose counters went back, is a baseline: no rows
+    until the next sample."""
 
     def __init__(self):
         # Kept open: a pread from 0 prints the file afresh.
@@ -65,7 +72,7 @@ class MountstatsSampler:
 
     def sample(self, ts: int) -> tuple[list[dict], list[dict]]:
         """(MS_OPS rows, MS_XPRT rows) of the interval that ends at ts."""
-        sections = nfs_sections(_pread_all(self._fd).decode("utf-8", "replace"))
+        sections = nfs_sections(pread_all(self._fd).decode("utf-8", "replace"))
         return self.rows(ts, sections)
 
     def rows(self, ts: int, sections: dict[str, str]) -> tuple[list[dict], list[dict]]:
@@ -77,7 +84,7 @@ class MountstatsSampler:
         for point, text in sections.items():
             now = parse_section(text)
             self._last[point] = (ts, now)
-            if point in last:
+            if point in last and not _went_back(last[point][1], now):
                 then_ts, then = last[point]
                 args = (ts, ts - then_ts, point, self._servers[point], then, now)
                 ops += op_rows(*args)
@@ -87,9 +94,3 @@ class MountstatsSampler:
     def close(self) -> None:
         os.close(self._fd)
 
-
-def _pread_all(fd: int, chunk: int = 65536) -> bytes:
-    parts = [os.pread(fd, chunk, 0)]
-    while len(parts[-1]) == chunk:
-        parts.append(os.pread(fd, chunk, chunk * len(parts)))
-    return b"".join(parts)
