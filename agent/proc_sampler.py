@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import platform
 
-from slotscope.capture.syscalls import DIRFD_FIRST, FD_FIRST, SYSCALL_NUMBERS
+from slotscope.capture.syscalls import DIRFD_FIRST, FD_FIRST, IDLE_SYSCALLS, SYSCALL_NUMBERS
 
 # /proc/PID/stat after the ")" that ends comm: the fields from the third (state) on.
 STAT_STATE, STAT_PPID, STAT_THREADS = 0, 1, 17
@@ -226,12 +226,11 @@ class ThreadSampler:
         row = {"ts": ts, "tgid": tgid, "tid": tid, "state": state, "read_ok": True}
         if state == "R":            # on a CPU: nothing to wait in
             return row
-        wchan = thread.wchan.read().strip()
-        row["wchan"] = wchan if wchan and wchan != "0" else None
-        if thread.syscall is None:
-            return row
-        name, fd = parse_syscall(thread.syscall.read())
+        name, fd = parse_syscall(thread.syscall.read()) if thread.syscall else (None, None)
         row["syscall"], row["fd"] = name, fd
+        if name not in IDLE_SYSCALLS:
+            wchan = thread.wchan.read().strip()
+            row["wchan"] = wchan if wchan and wchan != "0" else None
         if fd is not None:
             link = f"/proc/{tgid}/cwd" if name in DIRFD_FIRST and fd == AT_FDCWD else f"/proc/{tgid}/fd/{fd}"
             try:

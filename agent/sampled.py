@@ -76,6 +76,7 @@ class SamplingThread:
         self.out: queue.Queue[tuple] = queue.Queue()
         self.busy_since: float | None = None     # when the sample being taken began
         self.abandoned = False
+        self.stuck: tuple[int, int] | None = None    # (tgid, tid) it was reading when given up
         self.late = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="slotscope-sampling")
@@ -102,8 +103,8 @@ class SamplingThread:
                 self.late += missed
                 due += missed * self.interval
             self._stop.wait(due - now)
-        if self.abandoned and self.threads.reading:     # its read came back: the thread may be read again
-            self.skip.discard(self.threads.reading[1])
+        if self.stuck:          # its read came back: the thread may be read again
+            self.skip.discard(self.stuck[1])
         self.mountstats.close()
         self.threads.close()
 
@@ -193,7 +194,7 @@ class SampledRecorder(Recording):
         since = sampling.busy_since
         if since is None or time.monotonic() - since < READ_STUCK:
             return
-        stuck = sampling.threads.reading
+        stuck = sampling.stuck = sampling.threads.reading
         sampling.abandoned = True
         self._late_before += sampling.late
         self._timed_out += 1

@@ -73,3 +73,8 @@ FD_FIRST = WRITE_SYSCALLS + READ_SYSCALLS + FLUSH_SYSCALLS + (
     "copy_file_range", "splice", "syncfs")
 # ... or the directory its path is relative to (AT_FDCWD: the working directory).
 DIRFD_FIRST = ("openat", "openat2", "mkdirat", "unlinkat", "renameat", "renameat2", "newfstatat", "statx")
+# Calls in which a sampled thread is idle, not waiting on a file: its wait channel says nothing
+# more (a thread waiting for a lock held by one stuck on NFS is in futex all the same), so the
+# sampler does not read it.
+IDLE_SYSCALLS = ("futex", "nanosleep", "clock_nanosleep", "poll", "ppoll", "select", "pselect6", "epoll_wait",
+                 "epoll_pwait", "epoll_pwait2", "wait4", "waitid", "pause")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from slotscope.agent import kernel
+from slotscope.agent.files import FileFilter
 from slotscope.agent.mountstats_sampler import MountstatsSampler
 from slotscope.agent.proc_sampler import JobProcesses, ThreadSampler, parse_syscall
 from slotscope.agent.recording import RecordOptions
@@ -160,3 +161,53 @@ def test_when_record_samples():
     assert sampled_reason(RecordOptions("x", bpf="on")) is None      # BPF or nothing: the failure is said
     from slotscope.agent.probes import SyscallProbes
     assert sampled_reason(RecordOptions("x")) == SyscallProbes().can_run()
+
+
+def test_a_stuck_read_is_given_up_and_sampling_goes_on():
+    """A sample that hangs in the reads of one thread (here the naming of its file is held on an
+    Event: /proc reads cannot be made to hang at will) is given up after READ_STUCK: a new sampling
+    thread writes that thread's rows with read_ok false and samples the rest; once the read returns,
+    the thread is read again."""
+    import threading
+    from slotscope.agent.sampled import READ_STUCK, SampledRecorder, SamplingThread
+    child = subprocess.Popen([sys.executable, "-c", "import os; os.read(0, 1)"], stdin=subprocess.PIPE)
+    held = threading.Event()
+
+    def hang(path):
+        held.wait(30)
+        return True
+
+    rec = SampledRecorder(RecordOptions("x", status=False), [], NO_BPF)
+    rec.tgids, rec.file_filter = [child.pid], FileFilter((), None)
+    rec._attach()
+    rec.sampling.stop()
+    rec.sampling = SamplingThread(0.05, rec.job, hang, rec.skip)
+    try:
+        deadline = time.monotonic() + 20
+        while rec._timed_out == 0 and time.monotonic() < deadline:
+            time.sleep(READ_STUCK / 5)
+            rec._watch()
+        assert rec._timed_out == 1 and rec.skip == {child.pid}
+        skipped = _rows_of(rec.sampling, child.pid, lambda r: not r["read_ok"])
+        assert skipped["state"] is None
+        held.set()              # the read returns: the thread is read again
+        read = _rows_of(rec.sampling, child.pid, lambda r: r["read_ok"] and r.get("syscall") == "read")
+        assert rec.skip == set() and read["path"].startswith("pipe:[")
+    finally:
+        held.set()
+        rec.sampling.stop()
+        child.kill()
+        child.wait()
+
+
+def _rows_of(sampling, tid: int, wanted) -> dict:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            sample = sampling.out.get(timeout=1)
+        except Exception:   # queue.Empty: try again until the deadline
+            continue
+        rows = [r for r in sample[3] if r["tid"] == tid and wanted(r)]
+        if rows:
+            return {"state": None, **rows[0]}
+    raise AssertionError(f"no such row of {tid}")
