@@ -120,7 +120,7 @@ class SampledRecorder(Recording):
     def __init__(self, opts: RecordOptions, argv: list[str], reason: str):
         super().__init__(opts, argv)
         self.reason = reason
-        self.WAIT = max(opts.interval, READ_STUCK / 2)     # between writes (and looks at the sampler)
+        self.WAIT = max(opts.interval, 1.0)     # s between writes and looks at the sampler (a wake costs)
         self._late_seen = self._timed_out = self._timed_out_seen = 0
 
     def _check_options(self) -> None:
