@@ -295,9 +295,10 @@ def parser() -> argparse.ArgumentParser:
                                                        "run here (with its -D flags as #defines), and exit")
     d.set_defaults(func=_doctor)
 
-    r = sub.add_parser("record", help="trace and write a capture (root)",
+    r = sub.add_parser("record", help="trace and write a capture (root; without it, sampled from /proc)",
                        description="Trace file syscalls (and NFS/RPC where the kernel has them) into a capture "
-                                   "directory. By default only files on NFS mounts are recorded.")
+                                   "directory. By default only files on NFS mounts are recorded. Where BPF cannot "
+                                   "be used (not root), sample /proc and mountstats instead, said in one line.")
     r.add_argument("-o", "--output", metavar="DIR",
                    help="capture directory to create (local disk); with {n} in it, each SIGUSR1 ends the "
                         "capture and starts the next, numbered from 1, without loading the probes again")
