@@ -15,15 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
+from syscall_overhead import cpu_seconds, start_agent
+
 GOAL = 0.02     # of a core, at 10 Hz with 64 ranks
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def launch(ranks: int, folder: str) -> int:
@@ -46,26 +45,12 @@ def launch(ranks: int, folder: str) -> int:
     os._exit(0)
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK     # utime, stime
-
-
 def measure(launcher: int, interval: float, seconds: float, folder: str) -> dict:
     """The agent's CPU over `seconds` of recording the job at `interval`."""
     cap = tempfile.mkdtemp(dir=folder, prefix=f"cap-{interval:g}-")
-    agent = subprocess.Popen([sys.executable, "-m", "slotscope.cli", "record", "--no-bpf", "-q", "--force",
-                              "--interval", str(interval), "--pid", str(launcher), "-o", cap],
-                             stderr=subprocess.PIPE, text=True)
+    agent = start_agent(cap, None, options=("--no-bpf", "--force", "--interval", str(interval),
+                                            "--pid", str(launcher)))
     try:
-        seen = ""
-        while "recording to" not in seen:
-            ready, _, _ = select.select([agent.stderr], [], [], 60)
-            line = agent.stderr.readline() if ready else ""
-            if not line:
-                raise SystemExit(f"the agent did not start: {seen}")
-            seen += line
         time.sleep(2.0)             # its first identities read, the rows' first segments opened
         c0, t0 = cpu_seconds(agent.pid), time.monotonic()
         time.sleep(seconds)
