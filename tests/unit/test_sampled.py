@@ -211,3 +211,15 @@ def _rows_of(sampling, tid: int, wanted) -> dict:
         if rows:
             return {"state": None, **rows[0]}
     raise AssertionError(f"no such row of {tid}")
+
+
+def test_path_and_fs_choose_the_files_samples_name():
+    """--path and --fs filter the files a sample names (the filesystem from the mount table);
+    without them any file is named, pipes and sockets too."""
+    from slotscope.agent.sampled import PathFilter
+    anything = PathFilter(FileFilter((), None))
+    assert anything("/etc/hostname") and anything("pipe:[1502636]")
+    under = PathFilter(FileFilter(("/mnt/ckpt",), None))
+    assert under("/mnt/ckpt/step-10/rank-3.pt") and not under("/etc/hostname") and not under("pipe:[1]")
+    proc = PathFilter(FileFilter((), frozenset({"proc"})))
+    assert proc("/proc/self/status") and not proc("/etc/hostname") and not proc("socket:[7]")
