@@ -13,6 +13,7 @@ false until the old one's read returns. Nothing here stats or opens a file on an
 from __future__ import annotations
 
 import queue
+import resource
 import select
 import threading
 import time
@@ -135,6 +136,11 @@ class SampledRecorder(Recording):
             self.file_filter = FileFilter((), None)
 
     def _attach(self) -> None:
+        # Three files kept open per thread of the job: a few thousand for 64 ranks of 20 threads,
+        # past an ordinary user's soft limit (1024); a thread whose files cannot open is not sampled.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self.job = JobProcesses(self.tgids)
         self.skip: set[int] = set()
         self.sampling = SamplingThread(self.opts.interval, self.job, PathFilter(self.file_filter), self.skip)
