@@ -314,6 +314,7 @@ class Recording:
         self.identities = Identities()
         self.samplers = SamplerThread(self._start_samplers(meta["probes"]))
         self.rows = self._dropped_seen = 0
+        self._last_status = time.monotonic()    # the first status line 5 s into the capture, not after the load
         self._capture_started()
 
     def loop(self) -> None:
