@@ -48,7 +48,9 @@ def run_doctor(ebpf: bool = False) -> int:
     reasons = {name: reason for name, reason, _ in results}
     syscalls_ok = reasons["probe group syscalls"] is None
     print()
-    print("recording possible: " + ("yes" if syscalls_ok else "no (see above)"), file=sys.stdout)
+    print("recording possible: " + ("yes" if syscalls_ok else
+                                    "sampled only: `slotscope record` samples /proc and mountstats instead "
+                                    "(record --no-bpf; README: Without root)"), file=sys.stdout)
     if reasons["probe group sunrpc"] or reasons["probe group nfs"]:
         print("no NFS to trace here: `slotscope demo --sample` shows what slotscope finds in a checkpoint save "
               "stalled on NFS, from the capture shipped with it (no root needed)")

@@ -48,8 +48,15 @@ def bpf_ringbuf_supported() -> bool | None:
 
 
 def _map_creatable(map_type: int) -> bool | None:
-    """Create a one-page map of this type without key or value, as a ring buffer is, and
-    close it; EINVAL says the kernel does not know the type (or wants a key and value)."""
+    """Whether a one-page map of this type can be created; EINVAL says the kernel does not know
+    the type (or wants a key and value)."""
+    err = _map_create_errno(map_type)
+    return True if err == 0 else False if err == errno.EINVAL else None
+
+
+def _map_create_errno(map_type: int) -> int | None:
+    """Create a one-page map of this type without key or value, as a ring buffer is, and close
+    it: -> 0, or the errno of the failure (None on an architecture this does not know)."""
     nr = BPF_SYSCALL.get(platform.machine())
     if nr is None:
         return None
@@ -59,8 +66,40 @@ def _map_creatable(map_type: int) -> bool | None:
     fd = libc.syscall(ctypes.c_long(nr), ctypes.c_long(BPF_MAP_CREATE), attr, ctypes.c_long(ctypes.sizeof(attr)))
     if fd >= 0:
         os.close(fd)
-        return True
-    return False if ctypes.get_errno() == errno.EINVAL else None
+        return 0
+    return ctypes.get_errno()
+
+
+# Capability bits (linux/capability.h): tracing programs need CAP_BPF and CAP_PERFMON (5.8+), or
+# CAP_SYS_ADMIN (which held them both before).
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+
+
+def effective_capabilities(status: str | None = None) -> int:
+    """The CapEff mask of this process (from /proc/self/status, or the text given)."""
+    if status is None:
+        with open("/proc/self/status") as f:
+            status = f.read()
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def may_trace(caps: int) -> bool:
+    """Whether a capability mask lets a process load tracing programs."""
+    return bool(caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1))
+
+
+def bpf_privilege_missing() -> str | None:
+    """Why this process may not load tracing programs, or None: capabilities are checked, not the
+    uid (root in a container may lack them; a user may hold them), then the bpf() call itself,
+    which a seccomp filter or a user namespace refuses with EPERM whatever the capabilities."""
+    if not may_trace(effective_capabilities()):
+        return "needs root (CAP_BPF and CAP_PERFMON): run with sudo"
+    if _map_create_errno(BPF_MAP_TYPE_RINGBUF) == errno.EPERM:
+        return "the bpf() system call is refused (EPERM) despite the capabilities: a seccomp filter or a container"
+    return None
 
 
 def headers_dir() -> str | None:

@@ -6,6 +6,7 @@ import socket
 import time
 
 from slotscope.capture.meta import new_meta, slotscope_version
+from slotscope.capture.mountstats import nfs_sections
 
 from .identity import redact_argv
 from .links import interfaces, speed_bps
@@ -53,21 +54,11 @@ def nfs_mountstats() -> dict[str, str]:
     """mountpoint -> its section of /proc/self/mountstats (per-op counters, transports): the
     kernel's own totals, read at start and stop so the analyzer can check the capture
     against their difference. Reading it never contacts the server."""
-    out, point = {}, None
     try:
         with open("/proc/self/mountstats", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("device "):
-                    words = line.split()
-                    nfs = len(words) >= 8 and words[7].startswith("nfs")
-                    point = words[4] if nfs else None
-                    if point:
-                        out[point] = line
-                elif point:
-                    out[point] += line
+            return nfs_sections(f.read())
     except OSError:
-        pass
-    return out
+        return {}
 
 
 def sunrpc_sysctls() -> dict[str, str | None]:

@@ -61,8 +61,9 @@ def _write_sysctl(path: str, value: str) -> bool:
 
 def common_reason() -> str | None:
     """What every BPF probe group needs."""
-    if os.geteuid() != 0:
-        return "needs root (CAP_BPF and CAP_PERFMON): run with sudo"
+    missing = kernel.bpf_privilege_missing()
+    if missing:
+        return missing
     if kernel.bpf_ringbuf_supported() is False:
         return (f"this kernel ({os.uname().release}) has no BPF ring buffers (BPF_MAP_TYPE_RINGBUF: Linux 5.8 "
                 f"or later, or a distribution backport), through which every probe hands over its events")

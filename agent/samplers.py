@@ -125,7 +125,7 @@ class NetdevSampler:
         if not self.routes:
             return []
         ts = _monotonic_ns()
-        counters = net_dev_counters(_pread_all(self._net_dev).decode(errors="replace"))
+        counters = net_dev_counters(pread_all(self._net_dev).decode(errors="replace"))
         rows = []
         for server, (name, speed) in self.routes.items():
             if name not in counters:
@@ -142,7 +142,8 @@ class NetdevSampler:
         os.close(self._net_dev)
 
 
-def _pread_all(fd: int, chunk: int = 65536) -> bytes:
+def pread_all(fd: int, chunk: int = 65536) -> bytes:
+    """A /proc file kept open, read whole from its start (which regenerates it)."""
     parts = [os.pread(fd, chunk, 0)]
     while len(parts[-1]) == chunk:
         parts.append(os.pread(fd, chunk, chunk * len(parts)))

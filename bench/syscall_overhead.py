@@ -54,12 +54,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_agent(cap: str, trace_prefix: str, launcher: list[str] | None = None) -> subprocess.Popen:
-    """`slotscope record -o CAP --path PREFIX -q`, once it says it is recording (warnings, such
-    as a --path that does not exist yet, come first). `launcher`: the interpreter's arguments
+def start_agent(cap: str, trace_prefix: str | None, launcher: list[str] | None = None,
+                options: tuple[str, ...] = ()) -> subprocess.Popen:
+    """`slotscope record -o CAP --path PREFIX -q [OPTIONS]`, once it says it is recording (warnings,
+    such as a --path that does not exist yet, come first). `launcher`: the interpreter's arguments
     that run the CLI (default `-m slotscope.cli`)."""
+    path = ["--path", trace_prefix] if trace_prefix else []
     agent = subprocess.Popen([sys.executable, *(launcher or ["-m", "slotscope.cli"]), "record", "-o", cap,
-                              "--path", trace_prefix, "-q"], stderr=subprocess.PIPE, text=True)
+                              *path, "-q", *options], stderr=subprocess.PIPE, text=True)
     said: list[str] = []
     while not said or "recording to" not in said[-1]:
         said.append(agent.stderr.readline())

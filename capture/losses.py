@@ -38,5 +38,12 @@ BPF_COUNTERS = {
 }
 # Counted by the agent itself: rows it did not write once the capture reached --max-size.
 MAX_SIZE_ROWS = "max_size_rows"
-LOSS_COUNTERS = {**BPF_COUNTERS,
+# Counted by the sampled mode (record --no-bpf): samples it could not take on time.
+SAMPLED_COUNTERS = {
+    "samples_late": LossCounter("sampled", "intervals not sampled (the sample before was still reading /proc)",
+                                ("ranks", "slots")),
+    "reads_timed_out": LossCounter("sampled", "threads whose /proc files did not answer within the timeout",
+                                   ("ranks",)),
+}
+LOSS_COUNTERS = {**BPF_COUNTERS, **SAMPLED_COUNTERS,
                  MAX_SIZE_ROWS: LossCounter("capture", "rows past --max-size", ("ranks", "files", "rpcs", "slots"))}

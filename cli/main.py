@@ -16,6 +16,7 @@ EPILOG = "Run `slotscope doctor` to see what this machine can trace."
 EXIT_STATUS = ("exit status: 0 done; 1 an error, said in one line on stderr (a capture that cannot be read, "
                "a selection that selects nothing, a path refused); 2 a bad command line")
 RECORD_EXIT = "; with -- COMMAND, the command's own status"
+DEFAULT_INTERVAL = 0.1     # s between samples of a sampled recording (record --no-bpf): 10 Hz
 
 
 def _record(args) -> int:
@@ -27,9 +28,17 @@ def _record(args) -> int:
         return 2
     opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
                          pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
-                         group_readable=args.group_readable, status=not args.quiet, max_size=args.max_size)
+                         group_readable=args.group_readable, status=not args.quiet, max_size=args.max_size,
+                         bpf=args.bpf, interval=args.interval)
+    if args.interval != DEFAULT_INTERVAL and args.bpf == "on":
+        print("slotscope record: --interval is the sampled recording's (--no-bpf); --bpf records every event",
+              file=sys.stderr)
+        return 2
     try:
         if args.ebpf:
+            if args.bpf == "off":
+                print("slotscope record: --ebpf prints the BPF program; --no-bpf loads none", file=sys.stderr)
+                return 2
             print(record_ebpf(opts), end="")
             return 0
         if args.tui:
@@ -286,9 +295,10 @@ def parser() -> argparse.ArgumentParser:
                                                        "run here (with its -D flags as #defines), and exit")
     d.set_defaults(func=_doctor)
 
-    r = sub.add_parser("record", help="trace and write a capture (root)",
+    r = sub.add_parser("record", help="trace and write a capture (root; without it, sampled from /proc)",
                        description="Trace file syscalls (and NFS/RPC where the kernel has them) into a capture "
-                                   "directory. By default only files on NFS mounts are recorded.")
+                                   "directory. By default only files on NFS mounts are recorded. Where BPF cannot "
+                                   "be used (not root), sample /proc and mountstats instead, said in one line.")
     r.add_argument("-o", "--output", metavar="DIR",
                    help="capture directory to create (local disk); with {n} in it, each SIGUSR1 ends the "
                         "capture and starts the next, numbered from 1, without loading the probes again")
@@ -304,6 +314,15 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="write into an existing non-empty directory")
     r.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
     r.add_argument("-q", "--quiet", action="store_true", help="no status line")
+    b = r.add_mutually_exclusive_group()
+    b.add_argument("--no-bpf", dest="bpf", action="store_const", const="off", default="auto",
+                   help="no BPF: sample /proc (the job's processes) and /proc/self/mountstats (every NFS mount) "
+                        "every --interval; what an ordinary user can run. Without --bpf or --no-bpf, record "
+                        "samples where BPF cannot be used (not root, no CAP_BPF), and says why in one line")
+    b.add_argument("--bpf", dest="bpf", action="store_const", const="on",
+                   help="BPF or nothing: fail where the probes cannot load instead of sampling")
+    r.add_argument("--interval", type=positive_seconds, default=DEFAULT_INTERVAL, metavar="SECONDS",
+                   help=f"between samples, when sampling (default {DEFAULT_INTERVAL:g})")
     r.add_argument("--ebpf", action="store_true",
                    help="print the BPF C program this recording would load (these filters), and exit")
     r.add_argument("--tui", action="store_true",

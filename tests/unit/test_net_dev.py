@@ -51,7 +51,7 @@ def test_each_sample_reads_the_counters_afresh():
     between two samples shows in the second. Also reads past its first chunk."""
     import socket
 
-    from slotscope.agent.samplers import NetdevSampler, _pread_all
+    from slotscope.agent.samplers import NetdevSampler, pread_all
     sampler = NetdevSampler()
     try:
         sampler.watch.changed()                   # as if routed: keep the route set below
@@ -64,8 +64,8 @@ def test_each_sample_reads_the_counters_afresh():
         assert [r["iface"] for r in first] == ["lo"] == [r["iface"] for r in second]
         assert second[0]["tx_bytes"] >= first[0]["tx_bytes"] + 1000
         assert second[0]["tx_packets"] > first[0]["tx_packets"]
-        whole = _pread_all(sampler._net_dev)
-        assert _pread_all(sampler._net_dev, chunk=7).split(b"\n")[:2] == whole.split(b"\n")[:2]
+        whole = pread_all(sampler._net_dev)
+        assert pread_all(sampler._net_dev, chunk=7).split(b"\n")[:2] == whole.split(b"\n")[:2]
     finally:
         sampler.close()
 

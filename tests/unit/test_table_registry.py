@@ -14,6 +14,7 @@ import pytest
 from slotscope.agent.probes import GROUPS
 from slotscope.agent.recorder import OWN_TABLES
 from slotscope.agent.samplers import SamplerThread
+from slotscope.agent.sampled import SAMPLED_TABLES
 from slotscope.analyzer.export import export_parquet
 from slotscope.capture.format import PARTIAL_RE, SCHEMA_KEY, SEGMENT_RE, schema_tag
 from slotscope.capture.reader import Capture
@@ -48,7 +49,7 @@ def test_the_agent_writes_exactly_the_registry_tables():
     table of the registry, and nothing else: every table the agent's code appends to by name
     is one of them."""
     streams = [s.table for g in GROUPS for s in g.streams]
-    produced = set(streams) | set(SamplerThread.TABLES) | set(OWN_TABLES)
+    produced = set(streams) | set(SamplerThread.TABLES) | set(OWN_TABLES) | set(SAMPLED_TABLES)
     assert len(streams) == len(set(streams)), "two streams write one table"
     assert produced == set(TABLES)
     named = {m for p in (REPO / "agent").glob("*.py") for m in re.findall(r'\.append\("(\w+)"', p.read_text())}
