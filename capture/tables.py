@@ -83,12 +83,43 @@ NETDEV = pa.schema([
 
 KMSG = pa.schema([("ts", pa.int64()), ("level", pa.int8()), ("message", pa.string())])
 
+# Sampled mode (record --no-bpf): what an ordinary user can read, every interval. Counters are
+# deltas over the interval that ends at ts, except max_slots (a high-water mark since the mount)
+# and the io columns of proc_io (cumulative, as /proc/PID/io gives them). Times in ns (mountstats
+# counts whole ms).
+MS_OPS = pa.schema([
+    ("ts", pa.int64()), ("interval_ns", pa.int64()), ("mount", pa.string()), ("server", pa.string()),
+    ("op", pa.string()), ("ops", pa.int64()), ("ntrans", pa.int64()), ("timeouts", pa.int64()),
+    ("bytes_sent", pa.int64()), ("bytes_recv", pa.int64()), ("queue_ns", pa.int64()),
+    ("rtt_ns", pa.int64()), ("execute_ns", pa.int64()), ("errors", pa.int64()),
+])
+
+MS_XPRT = pa.schema([
+    ("ts", pa.int64()), ("interval_ns", pa.int64()), ("mount", pa.string()), ("server", pa.string()),
+    ("xprt", pa.int16()), ("srcport", pa.int32()), ("connect_count", pa.int64()), ("sends", pa.int64()),
+    ("recvs", pa.int64()), ("bad_xids", pa.int64()), ("req_u", pa.int64()), ("bklog_u", pa.int64()),
+    ("sending_u", pa.int64()), ("pending_u", pa.int64()), ("max_slots", pa.int64()),
+])
+
+# One row per thread of the job per interval: where it was when looked at.
+THREAD_SAMPLES = pa.schema([
+    ("ts", pa.int64()), ("tgid", pa.uint32()), ("tid", pa.uint32()), ("state", pa.string()),
+    ("wchan", pa.string()), ("syscall", pa.string()), ("fd", pa.int32()), ("path", pa.string()),
+    ("read_ok", pa.bool_()),        # false: /proc did not answer within the timeout (the row holds what did)
+])
+
+PROC_IO = pa.schema([
+    ("ts", pa.int64()), ("tgid", pa.uint32()), ("rchar", pa.int64()), ("wchar", pa.int64()),
+    ("syscr", pa.int64()), ("syscw", pa.int64()), ("read_bytes", pa.int64()), ("write_bytes", pa.int64()),
+])
+
 # Every table: name -> {major version: schema}. The writer writes the newest major; a reader
 # reads every major listed and refuses a newer one. Order: how export and dump list them.
 TABLES: dict[str, dict[int, pa.Schema]] = {
     "slots": {1: SLOTS},
     "netdev": {1: NETDEV},
     "kmsg": {1: KMSG},
+    "ms_ops": {1: MS_OPS}, "ms_xprt": {1: MS_XPRT}, "thread_samples": {1: THREAD_SAMPLES}, "proc_io": {1: PROC_IO},
     "rpc": {1: RPC},
     "nfs_io": {1: NFS_IO},
     "owners": {1: OWNERS},
@@ -108,7 +139,7 @@ TIME_COLUMNS: dict[str, tuple[str, ...]] = {
     "rpc": ("ts_begin", "ts_end", "ts_reserve_start", "ts_reserved", "ts_transmit_start",
             "ts_first_tx", "ts_last_tx"),
     "blocked": ("ts", "ts_enter"),
-    **dict.fromkeys(("slots", "netdev", "kmsg", "nfs_io", "owners", "xprt", "procs", "loss", "agent"), ("ts",)),
+    **dict.fromkeys(("slots", "netdev", "kmsg", "nfs_io", "owners", "xprt", "procs", "loss", "agent", "ms_ops", "ms_xprt", "thread_samples", "proc_io"), ("ts",)),
 }
 
 
