@@ -16,7 +16,7 @@ from slotscope.capture.safepath import create_file
 from .job import Job, utc_ns
 from .losses import loss_when
 from . import evidence
-from .report_text import finding_when, headline, rank_ranges, slowest_rank
+from .report_text import confidence_line, finding_when, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, pct, plural, rate, round_rate, seconds, size
 
@@ -110,6 +110,7 @@ def _finding(f: dict) -> str:
         "".join(_nested(k, v) for k, v in nested),
         f'<p class="who">{"; ".join(who)}</p>' if who else "",
         f'<p class="fix"><b>fix:</b> {_e(f["fix"])}</p>',
+        f'<p class="confidence">{_e(confidence_line(f))}</p>' if f.get("confidence") else "",
         "</article>",
     ])
 
