@@ -256,8 +256,9 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         "separate_recordings": separate,
     }
     if counters is not None:
+        per_rank = sampled.waits(counters)
         result["sampled"] = {"interval_s": counters.interval_ns / 1e9, "confidence": counters.confidence(),
-                             "waits": sampled.waits(counters)}
+                             "waits": per_rank, "wait_kinds": sampled.meanings(per_rank)}
     if saves is not None:
         result["saves"] = [save_report(s, analyze(between(job, s.start_ns, s.end_ns), version, th, kernel_log,
                                                   ranks_only, each_save=False))

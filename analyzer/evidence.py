@@ -68,7 +68,7 @@ FIELDS: dict[str, Field] = {
     "link_speed_bps": Field("link speed", round_rate), "link_mean_util": Field("link mean utilisation", pct),
     "link_peak_util": Field("link peak utilisation", pct), "link_mean_tx_bps": Field("link mean sent", rate),
     # sampled captures and mountstats (sampled.py)
-    "shortest_stall_visible_s": Field("shortest stall sure to be sampled", _s),
+    "shortest_stall_visible_s": Field("time resolution (a shorter stall blurs into its interval)", _s),
     "queued_intervals": Field("intervals with WRITEs queued for a slot", pct),
     "intervals_writing": Field("intervals with WRITEs", _count),
     "mean_backlog_per_send": Field("mean RPCs waiting for a slot per send (bklog_u/sends)", number),

@@ -227,6 +227,7 @@ def render_text(result: dict) -> str:
     if result.get("sampled"):
         out += [f"where the ranks were (a sample every {number(result['sampled']['interval_s'], 's')})"]
         out += _wait_rows(result["sampled"]["waits"]) or ["  (no samples of the job's threads)"]
+        out += wrap("waits: " + "; ".join(f"{k}: {v}" for k, v in result["sampled"]["wait_kinds"].items()), "  ")
     if result["transports"]:
         out += ["", "per transport"] + _transport_rows(result["transports"])
     if result["rpc"]["by_proc"]:

@@ -60,9 +60,10 @@ WAIT_MEANS = {
     "rpc": "an RPC to the server (a slot, the wire, the reply)", "nfs": "an NFS request or COMMIT in progress",
     "writeback": "pages being written back", "dirty_throttle": "throttled for dirtying pages too fast",
     "pipe": "a pipe", "socket": "a socket", "futex": "another thread (futex)", "poll": "poll/epoll",
-    "sleep": "a sleep", "lock": "a kernel lock", "running": "running", "other": "elsewhere in the kernel",
+    "sleep": "a sleep", "lock": "a kernel lock", "running": "running",
+    "blocked": "uninterruptible sleep (D) where the kernel gave no wchan", "other": "elsewhere in the kernel",
 }
-NFS_WAITS = ("rpc", "nfs", "writeback", "dirty_throttle")
+NFS_WAITS = ("rpc", "nfs", "writeback", "dirty_throttle", "blocked")
 BPF_ADDS = {
     "slot_saturation": "each RPC's slot wait, slot occupancy over time against the limit, and whose RPCs waited",
     "server_unresponsive": "each RPC's send and reply times, the RPCs outstanding at the stop, the kernel log",
@@ -72,8 +73,10 @@ BPF_ADDS = {
 
 
 def wait_kind(state: str | None, wchan: str | None) -> str:
-    if state == "R" or wchan in (None, "", "0"):
-        return "running" if state in ("R", None) else "other"
+    if state == "R":
+        return "running"
+    if wchan in (None, "", "0"):      # some kernels give no wchan: D state is still a block in the kernel
+        return "blocked" if state == "D" else "other"
     return WAITS.get(wchan, "other")
 
 
@@ -207,8 +210,11 @@ def slot_saturation(c: Counters, th: Thresholds) -> list[Finding]:
               "throughput_vs_ceiling": round(achieved / ceiling, 3) if ceiling else None}
         summary = (f"WRITEs toward {server} queued {pct(wait_share)} of their time (mountstats queue/execute) "
                    f"in {pct(frac)} of the intervals they were sent, each send finding "
-                   f"{ev['mean_backlog_per_send']} RPCs waiting for a slot on average; slot high-water mark "
-                   f"{high} (since the mount){f' of {slots}' if slots and slots < 65536 else ''}")
+                   f"{ev['mean_backlog_per_send']} RPCs waiting for a slot on average; slot high-water mark since the "
+                   f"mount {high}"
+                   + (f" of {slots}" if slots and slots < 65536 else
+                      "; the table's size is not in mountstats (sysctl sunrpc.tcp_max_slot_table_entries)"
+                      if slots is None else ""))
         if ceiling:
             summary += (f". Bandwidth paradox: {size(achieved)}/s is {pct(ev['throughput_vs_ceiling'])} of the "
                         f"{limit} slots x {size(write_bytes)} / {ms(rtt, thousands=False)} ms ceiling")
@@ -390,3 +396,9 @@ def waits(c: Counters) -> list[dict]:
                     "syscall": e["calls"].most_common(1)[0][0] if e["calls"] else None,
                     "path": e["files"].most_common(1)[0][0] if e["files"] else None})
     return out
+
+
+def meanings(per_rank: list[dict]) -> dict[str, str]:
+    """What each wait kind seen in waits() stands for."""
+    seen = dict.fromkeys(k for w in per_rank for k in w["waits"])
+    return {k: WAIT_MEANS[k] for k in seen}
