@@ -89,7 +89,7 @@ def counters(found: list[tuple[int, str]]) -> sampled.Counters:
             ops += o
             xprts += x
             opts = section["opts"]
-            limits[server] = (None, None, {"server": server, "vers": opts.get("vers"), "nconnect": opts.get("nconnect"),
+            limits[(None, server)] = (None, None, {"server": server, "vers": opts.get("vers"), "nconnect": opts.get("nconnect"),
                                            "timeo": opts.get("timeo"), "retrans": opts.get("retrans")})
     interval = int(median(t1 - t0 for (t0, _), (t1, _) in zip(found, found[1:])))
     return sampled.Counters(pa.Table.from_pylist(ops, schema=schema("ms_ops")) if ops else None,

@@ -88,7 +88,7 @@ class Counters:
     xprt: pa.Table | None
     samples: pa.Table | None
     interval_ns: int
-    limits: dict            # server -> (transport slots, session slots, the mount from meta)
+    limits: dict            # (host, server) -> (transport slots, session slots, the mount from meta)
 
     def confidence(self) -> str:
         every = f"{self.interval_ns / S:g} s"
@@ -96,9 +96,19 @@ class Counters:
             return f"low: from mountstats counters every {every} alone (no samples of the ranks)"
         return f"medium: from {S / self.interval_ns:g} Hz samples and counters"
 
-    def of(self, server: str, op: str | None = None, table: str = "ops") -> pa.Table:
+    def transports(self, table: str = "ops") -> list[tuple[str | None, str]]:
+        """(host, server) of the rows: each node's counters of a server are its own (host None
+        for mountstats copies)."""
         t = self.ops if table == "ops" else self.xprt
+        hosts = t["host"].to_pylist() if "host" in t.column_names else [None] * t.num_rows
+        return sorted(set(zip(hosts, t["server"].to_pylist())), key=lambda k: (k[0] or "", k[1]))
+
+    def of(self, key: tuple[str | None, str], op: str | None = None, table: str = "ops") -> pa.Table:
+        t = self.ops if table == "ops" else self.xprt
+        host, server = key
         m = pc.equal(t["server"], server)
+        if host is not None:
+            m = pc.and_(m, pc.equal(t["host"], host))
         if op:
             m = pc.and_(m, pc.equal(t["op"], op))
         return t.filter(m).sort_by("ts")
@@ -124,7 +134,7 @@ def from_job(job: Job) -> Counters | None:
     limits = {}
     for c in caps:
         for m in c.meta.get("nfs_mounts") or []:
-            limits[m.get("server")] = slot_limit(c.meta, m.get("server"))
+            limits[(c.meta.get("host", "?"), m.get("server"))] = slot_limit(c.meta, m.get("server"))
     interval = min(int(c.meta["sampled"].get("interval_ns") or S // 10) for c in caps)
     return Counters(tables["ms_ops"], tables["ms_xprt"], samples, interval, limits)
 
@@ -145,12 +155,15 @@ def _common(c: Counters) -> dict:
     return {"shortest_stall_visible_s": round(c.interval_ns / S, 3)}
 
 
-def _ranks(c: Counters, t0: int, t1: int, keep) -> tuple[list[int], list[dict]]:
-    """Ranks with samples in [t0, t1] for which keep(kind, syscall) holds: their ids and, per
-    rank, the share of its samples there and its most seen file."""
+def _ranks(c: Counters, t0: int, t1: int, keep, host: str | None = None) -> tuple[list[int], list[dict]]:
+    """Ranks (of `host`, or all) with samples in [t0, t1] for which keep(kind, syscall) holds:
+    their ids and, per rank, the share of its samples there and its most seen file."""
     if c.samples is None or t0 is None:
         return [], []
-    s = c.samples.filter(pc.and_(pc.greater_equal(c.samples["ts"], t0), pc.less_equal(c.samples["ts"], t1)))
+    m = pc.and_(pc.greater_equal(c.samples["ts"], t0), pc.less_equal(c.samples["ts"], t1))
+    if host is not None:
+        m = pc.and_(m, pc.equal(c.samples["host"], host))
+    s = c.samples.filter(m)
     per: dict = {}
     for r in s.select(["rank", "tgid", "state", "wchan", "syscall", "path"]).to_pylist():
         e = per.setdefault(r["rank"] if r["rank"] is not None else f"pid {r['tgid']}", [0, 0, Counter()])
@@ -174,13 +187,14 @@ def _span(ts: np.ndarray, mask: np.ndarray, interval: int) -> tuple[int | None, 
 
 def slot_saturation(c: Counters, th: Thresholds) -> list[Finding]:
     out = []
-    for server in sorted(set(c.ops["server"].to_pylist())):
-        w = _per_interval(c.of(server, "WRITE"), ["ops", "bytes_sent", "queue_ns", "rtt_ns", "execute_ns"])
+    for key in c.transports():
+        server = key[1]
+        w = _per_interval(c.of(key, "WRITE"), ["ops", "bytes_sent", "queue_ns", "rtt_ns", "execute_ns"])
         busy = w["ops"] > 0
         execute = int(w["execute_ns"].sum())
         if not busy.any() or not execute or c.xprt is None:
             continue
-        x = _per_interval(c.of(server, table="xprt"), ["sends", "bklog_u"])
+        x = _per_interval(c.of(key, table="xprt"), ["sends", "bklog_u"])
         backlog = dict(zip(x["ts"].tolist(), x["bklog_u"].tolist()))
         waited = np.array([backlog.get(t, 0) > 0 for t in w["ts"].tolist()])
         share = np.divide(w["queue_ns"], w["execute_ns"], out=np.zeros(len(busy)), where=w["execute_ns"] > 0)
@@ -191,8 +205,8 @@ def slot_saturation(c: Counters, th: Thresholds) -> list[Finding]:
             continue
         sends = int(x["sends"].sum())
         mean_queue = int(x["bklog_u"].sum()) / sends if sends else None
-        high = int(pc.max(c.of(server, table="xprt")["max_slots"]).as_py() or 0)
-        slots, session, mount = c.limits.get(server, (None, None, None))
+        high = int(pc.max(c.of(key, table="xprt")["max_slots"]).as_py() or 0)
+        slots, session, mount = c.limits.get(key, (None, None, None))
         limit = min([x for x in (slots if slots and slots < 65536 else high, session) if x] or [0])
         n = int(w["ops"].sum())
         write_bytes, rtt = int(w["bytes_sent"].sum()) / n, int(w["rtt_ns"].sum()) / n
@@ -219,7 +233,7 @@ def slot_saturation(c: Counters, th: Thresholds) -> list[Finding]:
             summary += (f". Bandwidth paradox: {size(achieved)}/s is {pct(ev['throughput_vs_ceiling'])} of the "
                         f"{limit} slots x {size(write_bytes)} / {ms(rtt, thousands=False)} ms ceiling")
         start, end = _span(w["ts"], busy, c.interval_ns)
-        ranks, per_rank = _ranks(c, start, end, lambda k, call: k == "rpc" and call in WRITE_SYSCALLS)
+        ranks, per_rank = _ranks(c, start, end, lambda k, call: k == "rpc" and call in WRITE_SYSCALLS, key[0])
         ev["per_rank"] = per_rank
         tr = {"mount": mount, "max_slots": slots, "session_slots": session, "xprts": []}
         out.append(Finding("slot_saturation", "critical" if frac >= th.saturated_share_critical else "warning",
@@ -234,9 +248,10 @@ def server_unresponsive(c: Counters, th: Thresholds) -> list[Finding]:
     out = []
     if c.xprt is None:
         return out
-    for server in sorted(set(c.xprt["server"].to_pylist())):
-        x = _per_interval(c.of(server, table="xprt"), ["sends", "recvs"])
-        ops = c.of(server)
+    for key in c.transports("xprt"):
+        server = key[1]
+        x = _per_interval(c.of(key, table="xprt"), ["sends", "recvs"])
+        ops = c.of(key)
         o = _per_interval(ops, ["ops", "ntrans", "timeouts"])
         retrans = dict(zip(o["ts"].tolist(), (o["ntrans"] - o["ops"]).tolist()))
         pending, quiet, run = 0, [], None
@@ -256,7 +271,7 @@ def server_unresponsive(c: Counters, th: Thresholds) -> list[Finding]:
         longest = max(e - s for s, e, _ in quiet)
         timeouts, n_retrans = _sum(ops, "timeouts"), _sum(ops, "ntrans") - _sum(ops, "ops")
         start, end = quiet[0][0], quiet[-1][1]
-        ranks, per_rank = _ranks(c, start, end, lambda k, call: k in NFS_WAITS)
+        ranks, per_rank = _ranks(c, start, end, lambda k, call: k in NFS_WAITS, key[0])
         ev = {**_common(c), "longest_silence_s": round(longest / S, 3),
               "silences": [{"start": iso_utc(s), "end": iso_utc(e), "seconds": round((e - s) / S, 3), "rpcs_waiting": n}
                            for s, e, n in quiet],
@@ -265,7 +280,7 @@ def server_unresponsive(c: Counters, th: Thresholds) -> list[Finding]:
         if timeouts or n_retrans:
             summary += f" ({plural(timeouts, 'timeout')}, {plural(n_retrans, 'retransmission')})"
         severe = longest >= th.silent_server_critical_s * S or timeouts
-        mount = c.limits.get(server, (None, None, None))[2]
+        mount = c.limits.get(key, (None, None, None))[2]
         out.append(Finding("server_unresponsive", "critical" if severe else "warning", summary, start, end, ev,
                            unresponsive_fix([mount] if mount else [], server), ranks, [], [server]))
     return out

@@ -208,3 +208,15 @@ def test_mountstats_one_line_errors(saves, tmp_path):
                                      ("futex_wait_queue_me", "futex_wait_queue")])
 def test_wait_names_of_older_and_newer_kernels_mean_the_same(old, new):
     assert wait_kind("D", old) == wait_kind("D", new) != "other"
+
+
+def test_each_node_has_its_own_counters(tmp_path):
+    """Node a cannot reach the server for 25 s while node b, saving meanwhile, gets its replies:
+    a's silence is a's own (the nodes' counters are not added up), and names a's ranks only."""
+    a = synth.save(tmp_path / "a", host="node-a", sampled_s=0.1, **SCENARIOS["freeze"])
+    b = synth.save(tmp_path / "b", host="node-b", first_rank=8, lead_s=5.0, sampled_s=0.1, **SCENARIOS["small"])
+    result = analyze(Job.open([a["path"], b["path"]]), "0")
+    f = finding(result, "server_unresponsive")
+    f0, f1 = a["freeze_utc_ns"]
+    assert f["evidence"]["longest_silence_s"] == pytest.approx((f1 - f0) / S, abs=0.3)
+    assert f["ranks"] == list(range(8))
