@@ -208,7 +208,8 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
     notes = []
     nothing = not ranks and rpc is None and ctx.log is None and (counters is None or counters.ops is None)
     if nothing:
-        notes.append("nothing to assess: no traced syscalls, RPCs or kernel log lines"
+        notes.append(("nothing to assess: no NFS operation counted in mountstats" if counters else
+                      "nothing to assess: no traced syscalls, RPCs or kernel log lines")
                      + (" in the window" if not job.captures[0].whole else "") if job.captures
                      else "nothing to assess")
     elif counters is not None:
