@@ -166,17 +166,18 @@ def _ranks(c: Counters, t0: int, t1: int, keep, host: str | None = None) -> tupl
     s = c.samples.filter(m)
     per: dict = {}
     for r in s.select(["rank", "tgid", "state", "wchan", "syscall", "path"]).to_pylist():
-        e = per.setdefault(r["rank"] if r["rank"] is not None else f"pid {r['tgid']}", [0, 0, Counter()])
+        # (rank, None), or (None, pid) for a process without a rank
+        e = per.setdefault((r["rank"], None if r["rank"] is not None else r["tgid"]), [0, 0, Counter()])
         e[1] += 1
         if keep(wait_kind(r["state"], r["wchan"]), r["syscall"]):
             e[0] += 1
             if r["path"]:
                 e[2][r["path"]] += 1
     hit = {k: v for k, v in per.items() if v[0]}
-    rows = [{"rank": k if isinstance(k, int) else None, "pid": None if isinstance(k, int) else int(k[4:]),
-             "sampled_share": round(v[0] / v[1], 3), "path": v[2].most_common(1)[0][0] if v[2] else None}
-            for k, v in sorted(hit.items(), key=lambda kv: -kv[1][0] / kv[1][1])]
-    return sorted(k for k in hit if isinstance(k, int)), rows[:20]
+    rows = [{"rank": rank, "pid": pid, "sampled_share": round(v[0] / v[1], 3),
+             "path": v[2].most_common(1)[0][0] if v[2] else None}
+            for (rank, pid), v in sorted(hit.items(), key=lambda kv: -kv[1][0] / kv[1][1])]
+    return sorted(rank for rank, _ in hit if rank is not None), rows[:20]
 
 
 def _span(ts: np.ndarray, mask: np.ndarray, interval: int) -> tuple[int | None, int | None]:
@@ -207,7 +208,7 @@ def slot_saturation(c: Counters, th: Thresholds) -> list[Finding]:
         mean_queue = int(x["bklog_u"].sum()) / sends if sends else None
         high = int(pc.max(c.of(key, table="xprt")["max_slots"]).as_py() or 0)
         slots, session, mount = c.limits.get(key, (None, None, None))
-        limit = min([x for x in (slots if slots and slots < 65536 else high, session) if x] or [0])
+        limit = min([v for v in (slots if slots and slots < 65536 else high, session) if v] or [0])
         n = int(w["ops"].sum())
         write_bytes, rtt = int(w["bytes_sent"].sum()) / n, int(w["rtt_ns"].sum()) / n
         sending_s = busy.sum() * c.interval_ns / S
@@ -289,7 +290,7 @@ def server_unresponsive(c: Counters, th: Thresholds) -> list[Finding]:
 def flush_commit_stall(c: Counters, th: Thresholds) -> list[Finding]:
     """From the samples: the median rank's share of its samples on the mount that were in a flush
     call (close, fsync...), and that time; without samples, COMMITs slow at the server."""
-    commits = c.ops.filter(pc.equal(c.ops["op"], "COMMIT"))
+    commits = _done(c, "COMMIT")
     n = _sum(commits, "ops")
     commit_rtt_ms = _sum(commits, "rtt_ns") / n / 1e6 if n else 0.0
     ev = {**_common(c), "commit_rpcs": n,
@@ -308,11 +309,12 @@ def flush_commit_stall(c: Counters, th: Thresholds) -> list[Finding]:
                         ev, fix, [], [], servers)]
     on_mount = _on_mounts(c.samples["path"], c.mounts())
     s = c.samples.filter(on_mount)
-    per: dict = {}
+    per: dict = {}          # (rank, pid of a process without one) -> [in flushes, samples, calls, first, last]
     for r in s.select(["rank", "tgid", "syscall", "state", "ts"]).to_pylist():
-        e = per.setdefault(r["rank"] if r["rank"] is not None else -r["tgid"], [0, 0, Counter(), [], r["ts"], r["ts"]])
+        e = per.setdefault((r["rank"], None if r["rank"] is not None else r["tgid"]),
+                           [0, 0, Counter(), r["ts"], r["ts"]])
         e[1] += 1
-        e[4], e[5] = min(e[4], r["ts"]), max(e[5], r["ts"])
+        e[3], e[4] = min(e[3], r["ts"]), max(e[4], r["ts"])
         if r["syscall"] in FLUSH_SYSCALLS and r["state"] != "R":
             e[0] += 1
             e[2][r["syscall"]] += 1
@@ -334,10 +336,15 @@ def flush_commit_stall(c: Counters, th: Thresholds) -> list[Finding]:
         summary += f"; {plural(n, 'COMMIT')} took {commit_rtt_ms:.0f} ms each at the server"
     else:
         summary += "; the link's use is not judged from samples, so a flush that keeps it busy looks the same"
-    start = min(v[4] for v in (stalled or per).values()) - c.interval_ns
-    end = max(v[5] for v in (stalled or per).values())
+    start = min(v[3] for v in (stalled or per).values()) - c.interval_ns
+    end = max(v[4] for v in (stalled or per).values())
     return [Finding("flush_commit_stall", "warning" if commit_bound else "info", summary, start, end, ev, fix,
-                    sorted(k for k in stalled if k >= 0), list(calls), servers)]
+                    sorted(rank for rank, _ in stalled if rank is not None), list(calls), servers)]
+
+
+def _done(c: Counters, op: str) -> pa.Table:
+    """The rows of intervals in which `op` RPCs ended (mountstats lists every op, every copy)."""
+    return c.ops.filter(pc.and_(pc.equal(c.ops["op"], op), pc.greater(c.ops["ops"], 0)))
 
 
 def _on_mounts(paths: pa.ChunkedArray, mounts: list[str]) -> pa.Array:
@@ -348,7 +355,8 @@ def _on_mounts(paths: pa.ChunkedArray, mounts: list[str]) -> pa.Array:
 
 
 def small_sync_writes(c: Counters, th: Thresholds) -> list[Finding]:
-    w = _per_interval(c.ops.filter(pc.equal(c.ops["op"], "WRITE")), ["ops", "bytes_sent"])
+    writes = _done(c, "WRITE")
+    w = _per_interval(writes, ["ops", "bytes_sent"])
     n = int(w["ops"].sum())
     if not n:
         return []
@@ -357,7 +365,7 @@ def small_sync_writes(c: Counters, th: Thresholds) -> list[Finding]:
     n_small = int(w["ops"][small].sum())
     if n_small < th.small_sync_min_rpcs or n_small / n < th.small_sync_share:
         return []
-    commits = _sum(c.ops.filter(pc.equal(c.ops["op"], "COMMIT")), "ops")
+    commits = _sum(_done(c, "COMMIT"), "ops")
     start, end = _span(w["ts"], small, c.interval_ns)
     ranks, per_rank = _ranks(c, start, end, lambda k, call: call in WRITE_SYSCALLS and k in NFS_WAITS)
     mean_bytes = int(w["bytes_sent"][small].sum()) / n_small
@@ -368,7 +376,7 @@ def small_sync_writes(c: Counters, th: Thresholds) -> list[Finding]:
                f"{size(th.small_write_bytes)} ({size(mean_bytes)} with headers); with {plural(commits, 'COMMIT')}, "
                "they were most likely synchronous (O_SYNC/O_DIRECT or fsync per write: mountstats does not "
                "show a WRITE's stability)")
-    servers = sorted(set(c.ops.filter(pc.equal(c.ops["op"], "WRITE"))["server"].to_pylist()))
+    servers = sorted(set(writes["server"].to_pylist()))
     return [Finding("small_sync_writes", "warning", summary, start, end, ev, small_sync_fix(), ranks,
                     ["write"] if ranks else [], servers)]
 
