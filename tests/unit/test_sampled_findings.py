@@ -138,12 +138,18 @@ def test_small_writes_from_counters(saves):
     assert ev["mean_write_bytes"] < 4096 + 512         # headers included
 
 
-def test_sampled_report_text(saves):
+def test_sampled_report_text_and_html(saves):
+    from slotscope.analyzer.report_html import render_html
     from slotscope.analyzer.report_text import render_text
-    text = render_text(saves["storm"][1])
+    man, result = saves["storm"]
+    text = render_text(result)
     assert "confidence medium" in text and "a BPF recording would add" in text
     assert "where the ranks were (a sample every 0.100 s)" in text
+    assert "rpc: an RPC to the server" in text                  # the wait kinds explained
     assert "(no traced syscalls on matching files)" not in text
+    html = render_html(Job.open([man["path"]]), result)
+    assert 'class="confidence">confidence medium' in html
+    assert '<section id="waits">' in html and man["ranks"][3]["file"] in html
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
