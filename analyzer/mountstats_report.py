@@ -6,6 +6,7 @@ by a timestamp line (`while :; do date +%s.%N; cat /proc/self/mountstats; sleep 
 from __future__ import annotations
 
 import os
+import stat
 from statistics import median
 
 import pyarrow as pa
@@ -43,6 +44,8 @@ class MountstatsError(ValueError):
 
 def _read(path: str) -> str:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):     # a FIFO or a device would never end
+            raise MountstatsError(f"{path} is not a regular file")
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
     except OSError as exc:

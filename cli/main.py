@@ -136,9 +136,12 @@ def _analyze_mountstats(args) -> int:
     from slotscope.analyzer.thresholds import Thresholds
     from slotscope.capture.meta import slotscope_version
 
-    if args.captures or args.kernel_log:
-        print("slotscope: --mountstats reads mountstats copies alone, not with captures or --kernel-log",
-              file=sys.stderr)
+    others = [name for name, given in (("CAPTURE", args.captures), ("--kernel-log", args.kernel_log),
+                                       ("--html", args.html), ("--since", args.since), ("--until", args.until),
+                                       ("--save", args.save is not None), ("--rank", args.rank)) if given]
+    if others:
+        print(f"slotscope: --mountstats reads mountstats copies alone (with --interval, --json, --threshold), "
+              f"not with {', '.join(others)}", file=sys.stderr)
         return 2
     try:
         result = analyze_copies(copies(args.mountstats, args.interval), args.mountstats, slotscope_version(),

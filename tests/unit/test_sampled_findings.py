@@ -210,6 +210,7 @@ def test_mountstats_one_line_errors(saves, tmp_path):
     assert_one_line_error(run_slotscope("analyze", "--mountstats", one), "one copy", "--interval")
     assert_one_line_error(run_slotscope("analyze", "--mountstats", one, one), "need --interval")
     assert_one_line_error(run_slotscope("analyze", "--mountstats", local), "no NFS mount")
+    assert_one_line_error(run_slotscope("analyze", "--mountstats", "/dev/zero"), "not a regular file")
 
 
 @pytest.mark.parametrize("old,new", [("wait_on_page_bit_common", "folio_wait_bit_common"),
