@@ -68,21 +68,17 @@ def _device_server(device: str) -> str:
 
 def mounts(text: str) -> dict[str, tuple[str, dict]]:
     """mountpoint -> (server, parse_section()) of every NFS mount in a whole mountstats text."""
-    out, point, lines = {}, None, []
-
-    def close():
-        if point:
-            out[point] = (server, parse_section("\n".join(lines)))
+    found, lines = {}, None
     for line in text.splitlines():
         if line.startswith("device "):
-            close()
             words = line.split()
             nfs = len(words) >= 8 and words[6] == "fstype" and words[7].startswith("nfs")
-            point, server, lines = (words[4], _device_server(words[1]), []) if nfs else (None, None, [])
-        elif point:
+            lines = [] if nfs else None
+            if nfs:
+                found[words[4]] = (_device_server(words[1]), lines)
+        elif lines is not None:
             lines.append(line)
-    close()
-    return out
+    return {point: (server, parse_section("\n".join(body))) for point, (server, body) in found.items()}
 
 
 MS = 1_000_000

@@ -113,7 +113,7 @@ def columns(c: sampled.Counters) -> list[dict]:
         e = totals.setdefault((r["mount"], r["server"]), {}).setdefault(r["op"], dict.fromkeys(
             ("ops", "ntrans", "bytes_sent", "bytes_recv", "rtt_ns", "execute_ns", "queue_ns", "errors"), 0))
         for k in e:
-            e[k] += r[k]
+            e[k] += r[k] or 0         # kernels before errors were counted leave it null
     for (mount, server), per_op in sorted(totals.items()):
         span = sum(seconds[mount].values())
         rows = {}
