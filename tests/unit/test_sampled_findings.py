@@ -230,3 +230,15 @@ def test_each_node_has_its_own_counters(tmp_path):
     f0, f1 = a["freeze_utc_ns"]
     assert f["evidence"]["longest_silence_s"] == pytest.approx((f1 - f0) / S, abs=0.3)
     assert f["ranks"] == list(range(8))
+
+
+def test_copies_of_a_kernel_that_counts_no_errors(saves, tmp_path):
+    """Per-op lines of 8 numbers (no errors column, older kernels) read the same."""
+    import re
+    man, _ = saves["storm"]
+    path = write_copies(tmp_path / "ms.txt", [(t, re.sub(r"(?m)^(\t +[A-Z]+:(?: \d+){8}) \d+$", r"\1", text))
+                                               for t, text in man["mountstats"]], every=10)
+    assert "WRITE: 0 0 0 0 0 0 0 0\n" in Path(path).read_text()
+    result = analyze_copies(copies([path], None), [path], "0")
+    assert result["verdict"] == "slot_saturation"
+    assert result["mounts"][0]["ops"]["WRITE"]["errors"] == 0
