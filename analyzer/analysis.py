@@ -8,6 +8,7 @@ import pyarrow.compute as pc
 from slotscope.capture.format import FORMAT_MAJOR
 from slotscope.capture.reader import verified
 
+from . import sampled
 from .attribution import attributed_rpcs
 from .findings import Context, find, verdict
 from .job import Job, between, iso_utc
@@ -202,13 +203,19 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
     window = save_window(ranks, rpc)
     transports = transport_table(job, window)
     ctx = Context(job, th, ranks, transports, rpc, window, log_events(job, kernel_log))
-    findings = find(ctx)
+    counters = sampled.from_job(job)
+    findings = find(ctx, sampled.detect(counters, th) if counters else [])
     notes = []
-    nothing = not ranks and rpc is None and ctx.log is None
+    nothing = not ranks and rpc is None and ctx.log is None and (counters is None or counters.ops is None)
     if nothing:
-        notes.append("nothing to assess: no traced syscalls, RPCs or kernel log lines"
+        notes.append(("nothing to assess: no NFS operation counted in mountstats" if counters else
+                      "nothing to assess: no traced syscalls, RPCs or kernel log lines")
                      + (" in the window" if not job.captures[0].whole else "") if job.captures
                      else "nothing to assess")
+    elif counters is not None:
+        notes.append(f"sampled capture (no BPF): findings from mountstats counters and samples every "
+                     f"{number(counters.interval_ns / 1e9, 's')}; {counters.confidence()}; a stall shorter than the "
+                     "interval is counted but may not be seen in a sample")
     elif rpc is None and job.captures:
         notes.append("no RPC rows: slot-table, server and WRITE findings need the sunrpc/NFS probes "
                      "(a kernel with NFS); syscalls and kernel logs were analysed")
@@ -249,6 +256,10 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         "losses": lost,
         "separate_recordings": separate,
     }
+    if counters is not None:
+        per_rank = sampled.waits(counters)
+        result["sampled"] = {"interval_s": counters.interval_ns / 1e9, "confidence": counters.confidence(),
+                             "waits": per_rank, "wait_kinds": sampled.meanings(per_rank)}
     if saves is not None:
         result["saves"] = [save_report(s, analyze(between(job, s.start_ns, s.end_ns), version, th, kernel_log,
                                                   ranks_only, each_save=False))

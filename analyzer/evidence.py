@@ -67,6 +67,14 @@ FIELDS: dict[str, Field] = {
     "throughput_vs_ceiling": Field("throughput of the ceiling", pct), "link_iface": Field("link"),
     "link_speed_bps": Field("link speed", round_rate), "link_mean_util": Field("link mean utilisation", pct),
     "link_peak_util": Field("link peak utilisation", pct), "link_mean_tx_bps": Field("link mean sent", rate),
+    # sampled captures and mountstats (sampled.py)
+    "shortest_stall_visible_s": Field("time resolution (a shorter stall blurs into its interval)", _s),
+    "queued_intervals": Field("intervals with WRITEs queued for a slot", pct),
+    "intervals_writing": Field("intervals with WRITEs", _count),
+    "mean_backlog_per_send": Field("mean RPCs waiting for a slot per send (bklog_u/sends)", number),
+    "queue_share": Field("queue's share of WRITE time", pct), "mean_queue_ms": Field("mean WRITE queue", _ms),
+    "littles_law_ceiling_rtt_Bps": Field("Little's-law ceiling (slots x WRITE / RTT)", byte_rate),
+    "sampled_share": Field("share of its samples", pct), "flush_samples": Field("samples in flush calls"), "nfs_wait_s": Field("sampled waiting on NFS", _s),
     # server_unresponsive
     "longest_silence_s": Field("longest silence", _s), "silences": Field("silences"),
     "start": Field("from", _time), "end": Field("to", _time), "seconds": Field("for", _s),

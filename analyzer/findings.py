@@ -49,12 +49,16 @@ class Finding:
     syscalls: list = field(default_factory=list)
     servers: list = field(default_factory=list)
     explained_by: str | None = None     # the kind of the finding that causes this one
+    # found without BPF (sampled.py): how sure it is, and what a BPF recording would add
+    confidence: str | None = None
+    bpf_would_add: str | None = None
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "severity": self.severity, "summary": self.summary,
                 "start": iso_utc(self.start), "end": iso_utc(self.end), "evidence": self.evidence,
                 "ranks": self.ranks, "syscalls": self.syscalls, "servers": self.servers, "fix": self.fix,
-                "explained_by": self.explained_by}
+                "explained_by": self.explained_by} | ({"confidence": self.confidence,
+                                                       "bpf_would_add": self.bpf_would_add} if self.confidence else {})
 
 
 @dataclass
@@ -174,12 +178,12 @@ def slot_saturation(ctx: Context) -> list[Finding]:
         affected = [r for r in ctx.savers() if (r["slot_wait_ns"] or 0) > 0]
         out.append(Finding(
             "slot_saturation", "critical" if frac >= ctx.th.saturated_share_critical else "warning",
-            summary, *(ctx.window or (None, None)), ev, _saturation_fix(tr, write_bytes, table != "slot table"),
+            summary, *(ctx.window or (None, None)), ev, saturation_fix(tr, write_bytes, table != "slot table"),
             rank_ids(affected), ctx.top_syscalls(affected), [tr["server"]]))
     return out
 
 
-def _saturation_fix(tr: dict, write_bytes: float, session_bound: bool) -> str:
+def saturation_fix(tr: dict, write_bytes: float, session_bound: bool) -> str:
     mount = tr["mount"] or {}
     nconnect = mount.get("nconnect") or 1
     steps = []
@@ -261,10 +265,15 @@ def server_unresponsive(ctx: Context) -> list[Finding]:
 
 
 def _unresponsive_fix(ctx: Context, host: str | None, server: str) -> str:
+    cap = next((c for c in ctx.job.captures if c.meta.get("host", "?") == host), None)
+    return unresponsive_fix((cap.meta.get("nfs_mounts") or []) if cap else [], server)
+
+
+def unresponsive_fix(mounts: list[dict], server: str) -> str:
+    """The fix for a silent server, with the timeo/retrans of its mount among `mounts` (meta.json's)."""
     fix = (f"check {server_addr(server)}: nfsd threads stuck or too few, its storage, a failover, or "
            "the network path (loss, a firewall, MTU); clients on a hard mount wait for it forever")
-    cap = next((c for c in ctx.job.captures if c.meta.get("host", "?") == host), None)
-    for m in (cap.meta.get("nfs_mounts") or []) if cap else []:
+    for m in mounts:
         if m.get("server") == server_addr(server) and m.get("timeo"):
             fix += (f" (this mount: timeo={m['timeo']} ds, retrans={m.get('retrans')}; the kernel only logs "
                     "'not responding' after those retries)")
@@ -348,13 +357,7 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
                f"{'/'.join(k for k in calls if calls[k]['count'])} waiting for dirty pages to reach the server")
     if util is not None:
         summary += f", with the link at {pct(util)}"
-    fix = ("close() and fsync() wait for every dirty page of the file to be written back "
-           f"({size(flushed)} per rank here). Start writeback while writing (sync_file_range(SYNC_FILE_RANGE_"
-           "WRITE) every few MiB, or a lower vm.dirty_background_bytes), fsync once per file rather than per "
-           "chunk, and overlap the flush with training (save from a background thread)")
-    if ev.get("commit_mean_rtt_ms", 0) > 50:
-        fix += (f"; COMMITs take {ev['commit_mean_rtt_ms']:.0f} ms each at the server (round trip): its stable "
-                "storage is slow")
+    fix = flush_fix(flushed, ev.get("commit_mean_rtt_ms") or 0)
     # Without the link's capacity a flush that keeps the link busy looks the same as a stall,
     # unless the server's COMMITs take a large part of it.
     commit_s = (ev.get("commit_mean_rtt_ms") or 0) * (ev.get("commit_rpcs") or 0) / 1e3
@@ -366,6 +369,19 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
     end = max(r["save_end_ns"] for r in stalled or savers)
     return [Finding("flush_commit_stall", severity, summary, start, end, ev, fix, rank_ids(stalled),
                     [k for k in FLUSH_SYSCALLS if calls[k]["count"]], _servers(ctx))]
+
+
+def flush_fix(flushed: float | None, commit_rtt_ms: float) -> str:
+    """The fix for a flush stall: `flushed` bytes per rank when known; slow COMMITs named."""
+    fix = ("close() and fsync() wait for every dirty page of the file to be written back"
+           + (f" ({size(flushed)} per rank here)" if flushed is not None else "")
+           + ". Start writeback while writing (sync_file_range(SYNC_FILE_RANGE_WRITE) every few MiB, or a lower "
+           "vm.dirty_background_bytes), fsync once per file rather than per chunk, and overlap the flush with "
+           "training (save from a background thread)")
+    if commit_rtt_ms > 50:
+        fix += (f"; COMMITs take {commit_rtt_ms:.0f} ms each at the server (round trip): its stable "
+                "storage is slow")
+    return fix
 
 
 def _servers(ctx: Context) -> list[str]:
@@ -420,14 +436,17 @@ def small_sync_writes(ctx: Context) -> list[Finding]:
     summary = (f"{n_small:,} of {plural(writes.num_rows, 'WRITE RPC')} are small and synchronous (under "
                f"{size(th.small_write_bytes)}, stable; mean {size(mean_size)}) from {len(hit)} of "
                f"{plural(ranks, 'rank')}: each waits a round trip and a server-side sync")
-    fix = ("write through the page cache in large chunks (at least the mount's wsize), drop O_SYNC/O_DSYNC and "
-           "per-write fsync, and fsync once when the file is complete; the client then sends large UNSTABLE "
-           "WRITEs and one COMMIT")
     span = entries or savers
     start, end = ((min(r["save_start_ns"] for r in span), max(r["save_end_ns"] for r in span)) if span
                   else ctx.window or (None, None))
-    return [Finding("small_sync_writes", severity, summary, start, end, ev, fix, rank_ids(entries or hit),
+    return [Finding("small_sync_writes", severity, summary, start, end, ev, small_sync_fix(), rank_ids(entries or hit),
                     [k for k in ctx.top_syscalls(entries) if k in WRITE_SYSCALLS], _servers(ctx))]
+
+
+def small_sync_fix() -> str:
+    return ("write through the page cache in large chunks (at least the mount's wsize), drop O_SYNC/O_DSYNC and "
+            "per-write fsync, and fsync once when the file is complete; the client then sends large UNSTABLE "
+            "WRITEs and one COMMIT")
 
 
 # --- metadata_storm ---------------------------------------------------------------------
@@ -662,8 +681,13 @@ def explain(found: list[Finding]) -> None:
             cause.severity = symptom.severity
 
 
-def find(ctx: Context) -> list[Finding]:
-    found = [f for detect in DETECTORS for f in detect(ctx)]
+def find(ctx: Context, more: list[Finding] = ()) -> list[Finding]:
+    """Every detector's findings and `more` (found elsewhere: sampled.py), settled."""
+    return settle([f for detect in DETECTORS for f in detect(ctx)] + list(more))
+
+
+def settle(found: list[Finding]) -> list[Finding]:
+    """The findings explained, and in the order of the reports: causes, then by severity."""
     explain(found)
     return sorted(found, key=lambda f: (f.explained_by is not None, SEVERITIES.index(f.severity),
                                         CAUSES.index(f.kind)))

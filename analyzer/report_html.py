@@ -16,9 +16,9 @@ from slotscope.capture.safepath import create_file
 from .job import Job, utc_ns
 from .losses import loss_when
 from . import evidence
-from .report_text import finding_when, headline, rank_ranges, slowest_rank
+from .report_text import confidence_line, finding_when, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
-from .units import clock, ms, pct, plural, rate, round_rate, seconds, size
+from .units import clock, ms, number, pct, plural, rate, round_rate, seconds, size
 
 if TYPE_CHECKING:
     from .plots import Plot
@@ -110,6 +110,7 @@ def _finding(f: dict) -> str:
         "".join(_nested(k, v) for k, v in nested),
         f'<p class="who">{"; ".join(who)}</p>' if who else "",
         f'<p class="fix"><b>fix:</b> {_e(f["fix"])}</p>',
+        f'<p class="confidence">{_e(confidence_line(f))}</p>' if f.get("confidence") else "",
         "</article>",
     ])
 
@@ -161,6 +162,17 @@ def _rank_table(ranks: list[dict]) -> str:
         out += (f'<p class="note">{len(ranks) - len(shown)} more ranks: the {len(shown)} most blocked are '
                 "shown (--json or --rank R for the rest)</p>")
     return out
+
+
+def _wait_table(samples: dict) -> str:
+    """Per rank of a sampled capture: its share of samples in each wait, the call and file."""
+    rows = [["-" if w["rank"] is None else w["rank"], ", ".join(map(str, w["pids"][:4])), f"{w['samples']:,}",
+             seconds(w["nfs_wait_s"] * 1e9), ", ".join(f"{k} {pct(v)}" for k, v in w["waits"].items()),
+             w["syscall"] or "-", w["path"] or "-"] for w in samples["waits"][:MAX_RANK_TABLE_ROWS]]
+    legend = "; ".join(f"{k}: {v}" for k, v in samples["wait_kinds"].items())
+    return (_table(["rank", "pids", "samples", "on NFS (s)", "waits (share of samples)", "call", "file"], rows,
+                   numeric={0, 2, 3}) + f'<p class="note">a sample every {number(samples["interval_s"], "s")}; '
+            f"{_e(legend)}</p>")
 
 
 def _transport_table(transports: list[dict]) -> str:
@@ -266,6 +278,9 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
             _figure(plots["occupancy"]), _figure(plots["link"]), _figure(plots["ranks"]), "</section>"]
 
     out += ['<section id="ranks"><h2>Per rank</h2>', _rank_table(result["ranks"]), "</section>"]
+    if result.get("sampled"):
+        out += ['<section id="waits"><h2>Where the ranks were (samples)</h2>', _wait_table(result["sampled"]),
+                "</section>"]
     out.append('<section id="transports"><h2>Per transport</h2>')
     out.append(_transport_table(result["transports"]) if result["transports"]
                else '<p class="note">no NFS transports in this capture</p>')

@@ -15,7 +15,7 @@ WIDTH = 100
 MAX_RANK_ROWS = 40
 
 
-def _wrap(text: str, indent: str, width: int | None = WIDTH) -> list[str]:
+def wrap(text: str, indent: str, width: int | None = WIDTH) -> list[str]:
     if width is None:
         return [indent + text]
     return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
@@ -38,10 +38,10 @@ def rank_ranges(ranks: list[int]) -> str:
 
 
 def _wrap_pairs(text: str, indent: str, width: int | None = WIDTH) -> list[str]:
-    """_wrap() of a list of 'label value' items separated by ', ', breaking between items only
+    """wrap() of a list of 'label value' items separated by ', ', breaking between items only
     (a value is not parted from its label, nor a number from its unit)."""
     glued = ", ".join(item.replace(" ", "\0") for item in text.split(", "))
-    return [line.replace("\0", " ") for line in _wrap(glued, indent, width)]
+    return [line.replace("\0", " ") for line in wrap(glued, indent, width)]
 
 
 def finding_when(f: dict) -> str:
@@ -61,7 +61,7 @@ def finding_lines(f: dict, width: int | None = WIDTH) -> list[str]:
     that wraps to a width of its own (the TUI's, where a line wrapped at 100 is cut in two again)."""
     when = finding_when(f)
     out = [f"[{f['severity']}] {f['kind']}" + (f"  {when}" if when else "")]
-    out += _wrap(f["summary"], "  ", width)
+    out += wrap(f["summary"], "  ", width)
     for line in evidence.lines(f["evidence"]):
         out += _wrap_pairs(line.lstrip(), "    " if line.startswith(" ") else "  ", width)
     who = []
@@ -72,9 +72,16 @@ def finding_lines(f: dict, width: int | None = WIDTH) -> list[str]:
     if f["servers"]:
         who.append(("server " if len(f["servers"]) == 1 else "servers ") + ", ".join(f["servers"]))
     if who:
-        out += _wrap("; ".join(who), "  ", width)
-    out += _wrap("fix: " + f["fix"], "  ", width)
+        out += wrap("; ".join(who), "  ", width)
+    out += wrap("fix: " + f["fix"], "  ", width)
+    if f.get("confidence"):
+        out += wrap(confidence_line(f), "  ", width)
     return out
+
+
+def confidence_line(f: dict) -> str:
+    """How sure a finding made without BPF is, and what a BPF recording would add."""
+    return f"confidence {f['confidence']}; a BPF recording would add {f['bpf_would_add']}"
 
 
 def _rank_rows(ranks: list[dict]) -> list[str]:
@@ -92,6 +99,19 @@ def _rank_rows(ranks: list[dict]) -> list[str]:
         out.append(f"  ... {len(ranks) - len(shown)} more ranks (the {len(shown)} most blocked are shown; "
                    "--json or --rank R for the rest)")
     return out
+
+
+def _wait_rows(waits: list[dict]) -> list[str]:
+    """Per rank of a sampled capture: its samples, time seen waiting on NFS, and its waits by share."""
+    out = [f"{'rank':>5} {'pids':<9} {'samples':>7} {'on NFS':>7}  waits (share of samples); call, file"]
+    for w in waits[:MAX_RANK_ROWS]:
+        kinds = ", ".join(f"{k} {pct(v)}" for k, v in list(w["waits"].items())[:3])
+        where = "; ".join(x for x in (w["syscall"], w["path"]) if x)
+        out.append(f"{'-' if w['rank'] is None else w['rank']:>5} {pids(w['pids']):<9} {w['samples']:>7} "
+                   f"{seconds(w['nfs_wait_s'] * 1e9):>7}  {kinds}" + (f"; {where}" if where else ""))
+    if len(waits) > MAX_RANK_ROWS:
+        out.append(f"  ... {len(waits) - MAX_RANK_ROWS} more (--json for all)")
+    return out if waits else []
 
 
 def _transport_rows(transports: list[dict]) -> list[str]:
@@ -165,7 +185,7 @@ def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
     """The recording's saves, one line each, and how they compare."""
     out = []
     for s in saves:
-        out += _wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({number(s['duration_s'], 's')}): "
+        out += wrap(f"save {s['number']} {clock(utc_ns(s['start']))} .. {clock(utc_ns(s['end']))} UTC ({number(s['duration_s'], 's')}): "
                      f"{s['what']}, {size(s['bytes'])}"
                      + (f"; {s['renamed']} of its {plural(s['files'], 'file')} written under a temporary name and renamed"
                         if s["renamed"] else "")
@@ -174,7 +194,7 @@ def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
                      + (f"; slowest {slowest_rank(s)}" if s["slowest_rank"] else "")
                      + f"; verdict {s['verdict'] or '-'}", "  ")
     if trend:
-        out += _wrap(f"trend: {trend['text']}", "  ")
+        out += wrap(f"trend: {trend['text']}", "  ")
     return out
 
 
@@ -187,7 +207,7 @@ def render_text(result: dict) -> str:
     sub = headline(result)
     if sub:
         out.append(sub)
-    out += [line for n in result["notes"] for line in _wrap(f"note: {n}", "")]
+    out += [line for n in result["notes"] for line in wrap(f"note: {n}", "")]
     if result.get("saves"):
         out += ["", "saves" if len(result["saves"]) > 1 else "the save"]
         out += _save_rows(result["saves"], result.get("save_trend"))
@@ -199,20 +219,25 @@ def render_text(result: dict) -> str:
     if result.get("checklist"):
         out.append("checklist")
         for c in result["checklist"]:
-            out += _wrap(f"{c['question']}: {c['answer'] or '-'} ({c['value']})", "  ")
+            out += wrap(f"{c['question']}: {c['answer'] or '-'} ({c['value']})", "  ")
         out.append("")
-    out.append("per rank (times in seconds)")
-    out += _rank_rows(result["ranks"]) if result["ranks"] else ["  (no traced syscalls on matching files)"]
+    if result["ranks"] or not result.get("sampled"):
+        out.append("per rank (times in seconds)")
+        out += _rank_rows(result["ranks"]) if result["ranks"] else ["  (no traced syscalls on matching files)"]
+    if result.get("sampled"):
+        out += [f"where the ranks were (a sample every {number(result['sampled']['interval_s'], 's')})"]
+        out += _wait_rows(result["sampled"]["waits"]) or ["  (no samples of the job's threads)"]
+        out += wrap("waits: " + "; ".join(f"{k}: {v}" for k, v in result["sampled"]["wait_kinds"].items()), "  ")
     if result["transports"]:
         out += ["", "per transport"] + _transport_rows(result["transports"])
     if result["rpc"]["by_proc"]:
         out += ["", "RPCs by procedure (ms per RPC; p50 and p99 of execute)"] + _proc_rows(result["rpc"]["by_proc"])
     if result.get("kernel_check"):
-        out += _wrap("the kernel's count over the recording (mountstats), captured: " + ", ".join(
+        out += wrap("the kernel's count over the recording (mountstats), captured: " + ", ".join(
             f"{k['procedure']} {k['kernel_ops']:,}/{k['captured']:,}" for k in result["kernel_check"]), "")
     out.append("")
     for cap in result["captures"]:
-        out += _wrap(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
+        out += wrap(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
                      f"{cap['start'] or '?'} .. {cap['end'] or 'still recording'}, "
                      f"{plural(cap['lost_events'], 'event')} lost"
                      + ("" if cap.get("verified", True) else ", segments not verified (written before checksums)"), "")

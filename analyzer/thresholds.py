@@ -32,6 +32,8 @@ class Thresholds:
     flush_min_s: float = _t(1.0, "flush_commit_stall: seconds in those calls a rank needs (median rank)")
     flush_link_util: float = _t(0.5, "flush_commit_stall: the flush is only a stall while the link toward "
                                      "the server carries less than this share of its capacity")
+    commit_slow_ms: float = _t(100.0, "flush_commit_stall from mountstats alone (no samples of the ranks): a "
+                                      "COMMIT round trip this slow, summed over flush_min_s, is a stall")
     # small_sync_writes
     small_write_bytes: float = _t(65536, "small_sync_writes: a WRITE RPC below this size is small")
     small_sync_share: float = _t(0.5, "small_sync_writes: share of a rank's WRITE RPCs that are small and "

@@ -51,7 +51,7 @@ XPRT_COUNTERS = ("connect_count", "sends", "recvs", "bad_xids", "req_u", "bklog_
 
 def went_back(before: dict, after: dict) -> bool:
     """Whether an op's counters are lower than before: a remount at the same point (a new baseline)."""
-    return any(now[k] < before["ops"].get(op, now)[k] for op, now in after["ops"].items() for k in OP_FIELDS)
+    return any(now[k] < before["ops"].get(op, now).get(k, 0) for op, now in after["ops"].items() for k in now)
 
 
 def interval_rows(before: dict, after: dict, ts: int, interval_ns: int, mount: str,
@@ -64,8 +64,8 @@ def interval_rows(before: dict, after: dict, ts: int, interval_ns: int, mount: s
     key = {"ts": ts, "interval_ns": interval_ns, "mount": mount, "server": server}
     ops = []
     for op, now in after["ops"].items():
-        then = before["ops"].get(op, dict.fromkeys(OP_FIELDS, 0))
-        d = {k: now[k] - then[k] for k in OP_FIELDS}
+        then = before["ops"].get(op, {})
+        d = {k: now[k] - then.get(k, 0) for k in now}    # older kernels count no errors: 8 fields
         if any(d.values()):
             ops.append({**key, "op": op, **{k[:-3] + "_ns" if k.endswith("_ms") else k: v * MS if k.endswith("_ms")
                                             else v for k, v in d.items()}})

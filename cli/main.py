@@ -83,8 +83,10 @@ def _analyze(args) -> int:
         for name, default, doc in Thresholds.described():
             print(f"{name:<26} {default:<8g} {doc}")
         return 0
+    if args.mountstats:
+        return _analyze_mountstats(args)
     if not args.captures and not args.kernel_log:
-        print("slotscope: analyze needs a CAPTURE or --kernel-log FILE", file=sys.stderr)
+        print("slotscope: analyze needs a CAPTURE, --kernel-log FILE or --mountstats FILE", file=sys.stderr)
         return 2
     job = _open_job(args.captures) if args.captures else Job([])
     if job is None:
@@ -135,6 +137,32 @@ def _analyze(args) -> int:
         print(render_text(result))
         if written:
             print(f"\n{written}")
+    return 0
+
+
+def _analyze_mountstats(args) -> int:
+    from slotscope.analyzer.mountstats_report import analyze_copies, copies, render
+    from slotscope.analyzer.thresholds import Thresholds
+    from slotscope.capture.meta import slotscope_version
+
+    others = [name for name, given in (("CAPTURE", args.captures), ("--kernel-log", args.kernel_log),
+                                       ("--html", args.html), ("--since", args.since), ("--until", args.until),
+                                       ("--save", args.save is not None), ("--rank", args.rank)) if given]
+    if others:
+        print(f"slotscope: --mountstats reads mountstats copies alone (with --interval, --json, --threshold), "
+              f"not with {', '.join(others)}", file=sys.stderr)
+        return 2
+    try:
+        result = analyze_copies(copies(args.mountstats, args.interval), args.mountstats, slotscope_version(),
+                                Thresholds().override(args.threshold))
+    except ValueError as exc:          # MountstatsError, or a bad --threshold
+        print(f"slotscope: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print(render(result))
     return 0
 
 
@@ -346,6 +374,11 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                    help="override a finding's threshold (see --thresholds)")
     a.add_argument("--thresholds", action="store_true", help="list the thresholds and what they mean")
+    a.add_argument("--mountstats", nargs="+", metavar="FILE",
+                   help="no capture: copies of /proc/self/mountstats, two files (with --interval) or one of copies "
+                        "each headed by a timestamp line; prints nfsiostat's columns explained and the findings")
+    a.add_argument("--interval", type=positive_seconds, metavar="SECONDS",
+                   help="with two --mountstats files: the seconds between the two copies")
     a.set_defaults(func=_analyze)
 
     from slotscope.capture.tables import TABLES

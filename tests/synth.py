@@ -182,13 +182,16 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
          write_bytes=4096, mode="osync", slots=4, rtt_ms=20.0, commit_ms=None, link_bps=10e9,
          wsize=1 << 20, mono_start_ns=5_000 * S, realtime_start_ns=START_NS, lead_s=1.0, stagger_ms=0.2,
          freeze=None, timeo_ds=600, retrans=2, slow_rank=None, metadata_ops_per_rank=0, hung_rank=None,
-         hung_s=60.0, hung_returns=True, lost_events=0, netdev=True) -> dict:
+         hung_s=60.0, hung_returns=True, lost_events=0, netdev=True, sampled_s=None) -> dict:
     """Simulate the save, write its capture at `path` and return the manifest (times in UTC ns).
 
     Ranks first_rank.. first_rank+ranks-1 enter the save `lead_s` after the capture starts,
     `stagger_ms` apart, each writing `file_bytes` (slow_rank=(rank, factor): that rank writes
     factor times as much; a factor below 1 makes it lighter). link_bps=None: the NIC reports
-    no speed (the wire still runs at 10 Gb/s); netdev=False: no NIC counters at all."""
+    no speed (the wire still runs at 10 Gb/s); netdev=False: no NIC counters at all.
+    sampled_s: the capture `record --no-bpf` would write, sampling every sampled_s seconds
+    (mountstats counters per interval and thread samples instead of traced RPCs and syscalls);
+    the manifest's "mountstats" then holds the copies of /proc/self/mountstats it read."""
     assert mode in ("osync", "buffered", "fsync")
     lead, rtt = int(lead_s * S), int(rtt_ms * MS)
     frozen = freeze and (lead + int(freeze[0] * S), lead + int(freeze[1] * S))
@@ -219,20 +222,29 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
 
     w = CaptureWriter(str(path))
     w.write_meta(_meta(host, mono_start_ns, realtime_start_ns, stop, slots, link_bps, wsize, timeo_ds, retrans,
-                       lost_events))
-    if sim.rpcs:
+                       lost_events, sampled_s))
+    texts = None
+    if sampled_s:
+        step = int(sampled_s * S)
+        grid = np.arange(0, stop + step, step)
+        texts = [(realtime_start_ns + int(g), _mountstats(cols, g, sim.timeo, wsize, timeo_ds, retrans)) for g in grid]
+        w.append("ms_ops", _ms_table("ms_ops", texts, realtime_start_ns - mono_start_ns))
+        w.append("ms_xprt", _ms_table("ms_xprt", texts, realtime_start_ns - mono_start_ns))
+        w.append("thread_samples", _thread_samples(rows, model["open"], stop, cols, people, mode, grid[1:],
+                                                   mono_start_ns))
+    elif sim.rpcs:
         w.append("rpc", _rpc(cols, stop, mono_start_ns))
         w.append("nfs_io", _nfs_io(cols, mono_start_ns))
         w.append("slots", _slots(cols, mono_start_ns))
-    if rows:
+    if rows and not sampled_s:
         w.append("syscall", _syscalls(rows, mono_start_ns))
-    blocked = _blocked(rows, model["open"], stop, mono_start_ns) if "blocked" in TABLES else None
+    blocked = _blocked(rows, model["open"], stop, mono_start_ns) if "blocked" in TABLES and not sampled_s else None
     if blocked is not None:
         w.append("blocked", blocked)
     w.append("procs", _procs(people, first_rank, world_size or first_rank + ranks, mono_start_ns + lead // 2))
     if netdev:
         w.append("netdev", _netdev(cols, stop, link_bps, mono_start_ns))
-    if kmsg:
+    if kmsg and not sampled_s:
         w.append("kmsg", pa.Table.from_pylist([{"ts": mono_start_ns + t, "level": 5, "message": text}
                                                for t, text in kmsg], schema=KMSG))
     if lost_events:
@@ -243,7 +255,7 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
                 ("sunrpc", "rpc_ring_full", lost_events - lost_events // 2)])], schema=LOSS))
     w.close()
     return _manifest(path, host, mode, slots, rtt, write_bytes, realtime_start_ns, mono_start_ns, stop, rows,
-                     model["open"], people, cols, frozen, kmsg, lost_events)
+                     model["open"], people, cols, frozen, kmsg, lost_events) | {"mountstats": texts}
 
 
 def _col(rpcs, name, dtype=np.int64):
@@ -415,7 +427,7 @@ def _kmsg(c, stop, major_ns):
     return out
 
 
-def _meta(host, mono0, real0, stop, slots, link_bps, wsize, timeo, retrans, lost):
+def _meta(host, mono0, real0, stop, slots, link_bps, wsize, timeo, retrans, lost, sampled_s=None):
     pair = lambda t: {"monotonic_ns": mono0 + t, "realtime_ns": real0 + t, "uncertainty_ns": 2000}  # noqa: E731
     opts = (f"rw,relatime,vers=3,rsize={wsize},wsize={wsize},namlen=255,hard,proto=tcp,timeo={timeo},"
             f"retrans={retrans},sec=sys,mountaddr={SERVER},mountvers=3,mountproto=udp,local_lock=none,addr={SERVER}")
@@ -437,4 +449,88 @@ def _meta(host, mono0, real0, stop, slots, link_bps, wsize, timeo, retrans, lost
         "probes": {"attached": {"kmsg": True, "netdev": True, "nfs": True, "sunrpc": True,
                                 "syscalls": ["write", "fsync", "close", "openat", "newfstatat"]}, "skipped": {}},
         "totals": {"lost": {"sys_ring_full": lost // 2, "rpc_ring_full": lost - lost // 2}},
-    }
+    } | ({"sampled": {"interval_ns": int(sampled_s * S), "reason": "--no-bpf"},
+          "probes": {"attached": {}, "skipped": {}}} if sampled_s else {})
+
+
+# ---- the sampled mode: mountstats as the kernel counts it, and where each rank was ----------------
+
+OPS = ("NULL", "GETATTR", "LOOKUP", "CREATE", "WRITE", "COMMIT")
+
+
+def _mountstats(c, t, timeo, wsize, timeo_ds, retrans):
+    """/proc/self/mountstats at time t: each RPC counted when it ends (rpc_count_iostats), each
+    transmission when it is sent, and the transport's sums over sends (xprt_request_transmit)."""
+    done = c["done"] & (c["end"] <= t)
+    lines = []
+    for op in OPS:
+        m = done & (c["proc"] == op)
+        per = lambda a: int((a[m] // MS).sum())          # noqa: E731  mountstats adds whole ms per RPC
+        lines.append(f"\t{op:>12}: {m.sum()} {int((1 + c['timeouts'][m]).sum())} {int(c['timeouts'][m].sum())} "
+                     f"{int((c['count'][m] + HEADER).sum())} {HEADER * m.sum()} {per(c['last_tx'] - c['begin'])} "
+                     f"{per(c['reply'] - c['last_tx'])} {per(c['end'] - c['begin'])} 0")
+    retries = range(int(c["timeouts"].max(initial=0)) + 1)
+    sends = np.sort(np.concatenate([c["first_tx"][c["timeouts"] >= k] + k * timeo for k in retries]))
+    sent = sends[sends <= t]
+    replies = np.sort(c["reply"][c["done"]])
+    waited = c["reserved"] > c["begin"] + 1 * US
+    queued = c["first_tx"] > c["reserved"] + 4 * US
+
+    def level(up, down, at):
+        return np.searchsorted(np.sort(up), at, "right") - np.searchsorted(np.sort(down), at, "right")
+    req_u = int((np.arange(1, sent.size + 1) - np.searchsorted(replies, sent, "right")).sum())
+    bklog_u = int(level(c["begin"][waited] + 1 * US, c["reserved"][waited], sent).sum())
+    sending_u = int(level(c["reserved"][queued] + 2 * US, c["first_tx"][queued], sent).sum())
+    pending_u = int(level(c["first_tx"], c["end"][c["done"]], sent).sum())
+    reserves = c["reserved"][c["reserved"] <= t]
+    max_slots = int(level(c["reserved"], c["end"][c["done"]], reserves).max(initial=0))
+    recvs = int(np.searchsorted(replies, t, "right"))
+    opts = f"rw,vers=3,rsize={wsize},wsize={wsize},hard,proto=tcp,timeo={timeo_ds},retrans={retrans},sec=sys"
+    return "\n".join([
+        "device proc mounted on /proc with fstype proc",
+        f"device {SERVER}:/export mounted on /mnt/ckpt with fstype nfs statvers=1.1", f"\topts:\t{opts}",
+        f"\tage:\t{t // S}", "\tRPC iostats version: 1.1  p/v: 100003/3 (nfs)",
+        f"\txprt:\ttcp 800 1 1 0 0 {sent.size} {recvs} 0 {req_u} {bklog_u} {max_slots} {sending_u} {pending_u}",
+        "\tper-op statistics", *lines, ""])
+
+
+def _ms_table(name, texts, utc_offset):
+    """The sampler's rows of ms_ops or ms_xprt from consecutive mountstats copies."""
+    from slotscope.analyzer.mountstats import mounts
+    from slotscope.capture.mountstats import interval_rows
+    rows = []
+    for (t0, before), (t1, after) in zip(texts, texts[1:]):
+        old, new = mounts(before), mounts(after)
+        for point, (server, section) in new.items():
+            ops, xprts = interval_rows(old[point][1], section, t1 - utc_offset, t1 - t0, point, server)
+            rows += ops if name == "ms_ops" else xprts
+    return pa.Table.from_pylist(rows, schema=schema(name))
+
+
+def _thread_samples(rows, still, stop, c, people, mode, grid, mono0):
+    """Where each rank was at each sample: in which syscall, on which file, waiting in what."""
+    commit_at = {int(f): int(b) for f, b, p in zip(c["fileid"], c["begin"], c["proc"]) if p == "COMMIT"}
+    calls = {}
+    for r in [*rows, *((*call[:1], stop, *call[2:]) for call in still)]:
+        calls.setdefault(r[2], []).append(r)
+    out = []
+    for p in people:
+        mine = sorted(calls.get(p["pid"], []))
+        starts = np.array([r[0] for r in mine])
+        for t in grid:
+            i = int(np.searchsorted(starts, t, "right")) - 1
+            row = {"ts": mono0 + int(t), "tgid": p["pid"], "tid": p["pid"], "state": "S", "wchan": "futex_wait_queue",
+                   "syscall": "futex", "fd": -1, "path": None, "read_ok": True}
+            if 0 <= i and t < mine[i][1]:
+                _, _, _, name, fd, _, _, file, ino = mine[i]
+                if name == "write" and mode != "osync":
+                    wait = (None, "R")
+                elif name in ("fsync", "close") and t < commit_at.get(ino, stop):
+                    wait = ("folio_wait_bit_common", "D")
+                else:
+                    wait = ("rpc_wait_bit_killable", "D")
+                row.update(wchan=wait[0], state=wait[1], syscall=name, fd=fd, path=file)
+            elif 0 <= i < len(mine) - 1:
+                row.update(state="R", wchan=None, syscall=None)
+            out.append(row)
+    return pa.Table.from_pylist(out, schema=schema("thread_samples"))
