@@ -173,3 +173,8 @@ nconnect = _named("nconnect")
 clients_healthy = _named("clients_healthy")
 clients_saturated = _named("clients_saturated", BOTH)
 dcp_saves = _named("dcp_saves", BOTH)
+# An ordinary user's sampled agent on the scenarios whose BPF verdicts it must match (test_no_root.py).
+saturated_sampled = _named("saturated_sampled")
+frozen_sampled = _named("frozen_sampled")
+flush_stall_sampled = _named("flush_stall_sampled")
+unconstrained_sampled = _named("unconstrained_sampled")

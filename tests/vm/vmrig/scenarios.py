@@ -74,3 +74,8 @@ NAMED = {
                "--delay-ms", "10", "--timeo", "20", "--retrans", "1",
                "--server-freeze-at", "1", "--server-freeze-for", "25"],
 }
+
+# An ordinary user's agent (issue 22): the agent and ranks as uid 1000; the agent, refused
+# BPF, samples /proc and mountstats (test_no_root.py compares its verdicts with the BPF agent's).
+for _base in ("saturated", "frozen", "flush_stall", "unconstrained"):
+    NAMED[f"{_base}_sampled"] = [*NAMED[_base], "--agent-user", "slot"]

@@ -1,0 +1,67 @@
+"""An ordinary user's agent in the VM rig (issue 22): on the saturated, frozen-server,
+flush-stall and healthy scenarios the agent and the ranks run as uid 1000 (run-scenario
+--agent-user), the agent falls back from BPF to sampling /proc and mountstats with one line
+saying so, and the analyzer's verdict on its capture is the one it gives on the BPF agent's
+capture of the same scenario, with the same ranks named. The scenarios are conftest.py's
+session fixtures; the BPF side is the run test_verdicts.py checks."""
+import json
+import stat
+
+import pytest
+
+from test_verdicts import analyze, finding, ranks_of
+
+pytestmark = pytest.mark.vm
+
+
+def on_61(*scenarios):
+    """Both sides on the rig's default kernel (the BPF scenarios also run on 6.12 elsewhere)."""
+    return pytest.mark.parametrize(scenarios, [("6.1",) * len(scenarios)], indirect=True)
+
+
+def as_user(out):
+    """The sampled run's own checks: who ran it, what the agent said, what it wrote."""
+    record = json.loads((out / "scenario.json").read_text())
+    assert {r["uid"] for r in record["ranks"]} == {1000}
+    log = (out / "agent.log").read_text()
+    assert "sampling /proc" in log, log[-2000:]
+    meta = json.loads((out / "capture" / "meta.json").read_text())
+    assert meta["sampled"]["interval_ns"] == 100_000_000 and not meta["probes"].get("attached")
+    assert stat.S_IMODE((out / "capture" / "meta.json").stat().st_mode) == 0o600
+
+
+def same_verdict(bpf, sampled, verdict):
+    """Both captures' verdict; for a cause, the ranks it names and the sampled finding's
+    confidence and what a BPF recording would add."""
+    as_user(sampled)
+    with_bpf, without = analyze(bpf), analyze(sampled)
+    assert with_bpf["verdict"] == without["verdict"] == verdict, (with_bpf["verdict"], without["findings"])
+    if verdict == "healthy":
+        return without
+    f = finding(without, verdict)
+    assert f["ranks"] == finding(with_bpf, verdict)["ranks"] == ranks_of(sampled)
+    assert f["confidence"] and f["bpf_would_add"]
+    return without
+
+
+@on_61("saturated", "saturated_sampled")
+def test_saturated_without_root(saturated, saturated_sampled):
+    result = same_verdict(saturated, saturated_sampled, "slot_saturation")
+    ev = finding(result, "slot_saturation")["evidence"]
+    assert ev["max_slots"] == 4
+
+
+@on_61("frozen", "frozen_sampled")
+def test_frozen_server_without_root(frozen, frozen_sampled):
+    same_verdict(frozen, frozen_sampled, "server_unresponsive")
+
+
+@on_61("flush_stall", "flush_stall_sampled")
+def test_flush_stall_without_root(flush_stall, flush_stall_sampled):
+    same_verdict(flush_stall, flush_stall_sampled, "flush_commit_stall")
+
+
+@on_61("unconstrained", "unconstrained_sampled")
+def test_healthy_without_root(unconstrained, unconstrained_sampled):
+    result = same_verdict(unconstrained, unconstrained_sampled, "healthy")
+    assert sorted(r["rank"] for r in result["ranks"]) == ranks_of(unconstrained_sampled)
