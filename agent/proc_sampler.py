@@ -113,7 +113,8 @@ class _Process:
 
 class JobProcesses:
     """Which processes are the job: `roots` and their descendants (a process is judged once, when
-    first seen, by its parent then), or with no roots every process of this user but the agent."""
+    first seen, by its parent then), or with no roots every process of this user but the agent
+    (another user's process is looked at again at each scan: it may become this user's)."""
 
     def __init__(self, roots: list[int]):
         self.roots = set(roots)
@@ -132,8 +133,7 @@ class JobProcesses:
         for pid in pids - self.members - self.others:
             try:
                 if not self.roots and os.stat(f"/proc/{pid}").st_uid != self.uid:
-                    self.others.add(pid)
-                    continue
+                    continue    # not ours, yet: su, sudo -u and setpriv exec a user's program in a root's process
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     parent = int(parse_stat(f.read().decode("utf-8", "replace"))[STAT_PPID])
                 if not self.roots and KTHREADD in (pid, parent):     # root's own: not its kernel threads
