@@ -59,13 +59,14 @@ class MapOf:
 
 
 CLOCK_PAIR = {"monotonic_ns": Ns, "realtime_ns": Ns, "uncertainty_ns": Ns}
+CLOCK_SYNC = {"synchronized": bool, "esterror_ns": Ns, "maxerror_ns": Ns}    # adjtimex at the start
 MOUNT = {"mountpoint": str, "source": str, "fstype": str, "dev": Int, "vers": (str, None), "proto": (str, None),
          "nconnect": (Decimal, None), "wsize": (Decimal, None), "rsize": (Decimal, None), "hard": bool,
          "timeo": (Decimal, None), "retrans": (Decimal, None), "server": (str, None), "options": str}
 SHAPE = {
     "format": str, "schema_version": Int, "format_minor": Int, "slotscope_version": str,
     "host": str, "boot_id": (str, None), "kernel": str, "command": str, "agent_pid": Int,
-    "start": CLOCK_PAIR, "stop": CLOCK_PAIR, "stop_reason": str,
+    "start": CLOCK_PAIR, "stop": CLOCK_PAIR, "clock_sync": CLOCK_SYNC, "stop_reason": str,
     "filters": dict, "probes": dict, "totals": dict,
     "nfs_mounts": ListOf(MOUNT), "sunrpc": MapOf((Decimal, None)),
     "mountstats_start": MapOf(str), "mountstats_stop": MapOf(str),
