@@ -165,6 +165,17 @@ def start_ns(meta: dict) -> int:
     return int((meta.get("start") or {}).get("monotonic_ns") or 0)
 
 
+def clock_uncertainty(meta: dict) -> dict:
+    """How closely the capture's UTC times line up with other hosts': whether its clock was
+    synchronized at the start (adjtimex: clock_sync; None when not recorded) and the bound, its
+    clock pair's spread plus the synchronization's estimated error (None unless synchronized)."""
+    sync = meta.get("clock_sync") or {}
+    pair = (meta.get("start") or {}).get("uncertainty_ns")
+    synced = sync.get("synchronized")
+    return {"synchronized": synced, "uncertainty_ns": pair + sync["esterror_ns"]
+            if synced and pair is not None and "esterror_ns" in sync else None}
+
+
 def utc_offset_ns(meta: dict) -> int:
     """What to add to the capture's CLOCK_MONOTONIC times to get UTC (its start clock pair)."""
     pair = meta.get("start") or {}
