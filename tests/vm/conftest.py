@@ -173,3 +173,5 @@ nconnect = _named("nconnect")
 clients_healthy = _named("clients_healthy")
 clients_saturated = _named("clients_saturated", BOTH)
 dcp_saves = _named("dcp_saves", BOTH)
+# One job over two nodes, a pair of VMs (test_two_nodes.py).
+two_nodes = _named("two_nodes")

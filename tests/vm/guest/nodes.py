@@ -69,6 +69,10 @@ class Peer:
     def send(self, what):
         self.conn.sendall(f"{what}\n".encode())
 
+    def wait_hangup(self, timeout):
+        """Until node 2's job ends (its agent stopped): the server must outlive its mount."""
+        self.wait(None, timeout)
+
 
 class Control:
     """Node 2's end: connects (node 1 may still be installing), asks the time, sends and waits."""

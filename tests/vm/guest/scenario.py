@@ -845,6 +845,11 @@ def main():
         finally:
             boot["agent_stop_seconds"] = timings.get("agent_stop")
             (RESULTS / "boot.json").write_text(json.dumps(boot, indent=2) + "\n")
+    if isinstance(PEER, nodes.Peer):
+        try:
+            PEER.wait_hangup(300)
+        except nodes.NodeError as e:
+            log(f"node 2: {e}")
     log("scenarios done")
     return int(rc)
 

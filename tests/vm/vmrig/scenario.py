@@ -319,20 +319,28 @@ def _job_share(pending, node):
     return share
 
 
+PAIR_GRACE_S = 60   # node 1 waits for node 2's job to end: node 2 still up a minute later is stuck
+
+
 def _run_pair(run, shares, watches, log):
     """Node 1's VM, then, once it listens on the link's socket, node 2's, each with its watchdog;
     either failing stops the other. -> node 1's Result; raises the first VMError."""
     sock = Path(tempfile.mkdtemp(prefix="slotscope-link-")) / "sock"    # short: a unix socket path
-    failed = []
+    failed, ended = [], []
 
     def watched(watch):
-        return lambda: watch() or (f"the other node's VM failed: {failed[0]}" if failed else None)
+        def why():
+            if ended and time.monotonic() > ended[0] + PAIR_GRACE_S:
+                return f"node 1's VM ended {PAIR_GRACE_S} s ago: node 2 has no server"
+            return watch() or (f"the other node's VM failed: {failed[0]}" if failed else None)
+        return why
 
     def node1(result):
         try:
             result.append(run(shares[0], watched(watches[0]), stream_nic(sock, listen=True)))
         except VMError as e:
             failed.append(e)
+        ended.append(time.monotonic())
     result = []
     first = threading.Thread(target=node1, args=(result,))
     first.start()
