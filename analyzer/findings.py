@@ -564,6 +564,8 @@ def straggler_node(ctx: Context) -> list[Finding]:
     late.sort(key=lambda nl: -nl[0]["end_s"])
     node, others = late[0]
     rest = [n for h, n in nodes.items() if h not in {m["host"] for m, _ in late}]
+    if not rest:        # every node late against the others: none sets the pace
+        return []
     rest_rate = sum(n["bytes_written"] for n in rest) / max(1e-9, max(n["end_s"] for n in rest))
     ev = {"nodes": [m for m, _ in late], "other_nodes_median_end_s": others,
           "other_nodes_throughput_Bps": round(rest_rate)}
