@@ -8,6 +8,7 @@ import time
 from slotscope.capture.meta import new_meta, slotscope_version
 from slotscope.capture.mountstats import nfs_sections
 
+from .clock import sync_state
 from .identity import redact_argv
 from .links import interfaces, speed_bps
 from .mounts import MountTable
@@ -73,6 +74,13 @@ def nics() -> list[dict]:
             for name in interfaces() for bps in [speed_bps(name)]]
 
 
+def _clock_sync() -> dict:
+    try:
+        return {"clock_sync": sync_state()}
+    except OSError:         # a seccomp filter may refuse adjtimex: then nothing is known
+        return {}
+
+
 def start_meta(argv: list[str], filters: dict, probes: dict) -> dict:
     return {
         **new_meta(),
@@ -83,6 +91,7 @@ def start_meta(argv: list[str], filters: dict, probes: dict) -> dict:
         "command": " ".join(redact_argv(argv)),
         "agent_pid": os.getpid(),
         "start": clock_pair(),
+        **_clock_sync(),
         "filters": filters,
         "nfs_mounts": nfs_mounts(),
         "mountstats_start": nfs_mountstats(),

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from slotscope.capture.format import FORMAT_MAJOR
+from slotscope.capture.meta import clock_uncertainty
 from slotscope.capture.reader import verified
 
 from . import sampled
@@ -240,6 +241,7 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
             "end": iso_utc((c.meta.get("stop") or {}).get("realtime_ns")),
             "lost_events": job.lost_events(c),
             "verified": verified(c.meta),
+            "clock": clock_uncertainty(c.meta),
         } for c in job.captures],
         "verdict": None if nothing else verdict(findings),
         "findings": [f.as_json() for f in findings],

@@ -109,6 +109,10 @@ FIELDS: dict[str, Field] = {
     "end_s": Field("ended at", _s), "bytes_written": Field("written", size), "blocked_s": Field("blocked", _s),
     "slot_wait_s": Field("slot wait", _s), "critical_path": Field("critical path"),
     "blocked_in": Field("blocked in"), "why": Field("why"),
+    # straggler_node
+    "nodes": Field("late nodes"), "node_ranks": Field("ranks", _names),
+    "node_throughput_Bps": Field("its ranks wrote", byte_rate), "other_nodes_median_end_s": Field("the other nodes' median rank's end", _s),
+    "other_nodes_throughput_Bps": Field("the other nodes' ranks wrote", byte_rate),
     # hung_tasks
     "rpcs_never_completed": Field("RPCs never completed", _count), "oldest_rpc_s": Field("oldest RPC", _s),
     "rpc_procs": Field("by procedure"), "blocked_syscalls": Field("syscalls blocked"),

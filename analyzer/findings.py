@@ -27,9 +27,11 @@ from .ranks import RANK_KEYS, blocked_calls, rank_key, rank_name, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
 from .transports import server_addr
-from .units import ms, pct, plural, rate, size
+from .report_text import rank_ranges
+from .units import byte_rate, ms, pct, plural, rate, size
 
-CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "straggler_rank", "flush_commit_stall",
+CAUSES = ("server_unresponsive", "slot_saturation", "hung_tasks", "straggler_node", "straggler_rank",
+          "flush_commit_stall",
           "small_sync_writes", "metadata_storm")
 SEVERITIES = ("critical", "warning", "info")
 STABLE_NAMES = {0: "UNSTABLE", 1: "DATA_SYNC", 2: "FILE_SYNC"}
@@ -548,6 +550,57 @@ def straggler_rank(ctx: Context) -> list[Finding]:
                     rank_ids(late), [k for k, _ in calls[:3]], _servers(ctx))]
 
 
+# --- straggler_node ---------------------------------------------------------------------
+
+def straggler_node(ctx: Context) -> list[Finding]:
+    """A node whose ranks end late together: its median rank ends straggler_ratio times later than
+    the other nodes' ranks (their median). straggler_rank cannot see it when the node holds half
+    the job's ranks or more: the median rank is then one of its own. One late rank does not make
+    its node late (the node's median rank is on time)."""
+    th = ctx.th
+    by_host: dict[str, list[dict]] = {}
+    for r in [r for r in ctx.savers() if r["rank"] is not None] or ctx.savers():
+        by_host.setdefault(r["host"], []).append(r)
+    if len(by_host) < 2:
+        return []
+    t0 = min(r["save_start_ns"] for rs in by_host.values() for r in rs)
+    ends = {h: [_s(r["save_end_ns"] - t0) for r in rs] for h, rs in by_host.items()}
+    nodes = {h: {"host": h, "node_ranks": rank_ids(rs), "median_end_s": median(ends[h]), "end_s": max(ends[h]),
+                 "bytes_written": sum(r["bytes_written"] for r in rs),
+                 "node_throughput_Bps": round(sum(r["bytes_written"] for r in rs)
+                                         / max(1e-9, _s(max(r["save_end_ns"] for r in rs)
+                                                        - min(r["save_start_ns"] for r in rs)))),
+                 "slot_wait_s": _s(sum(r["slot_wait_ns"] or 0 for r in rs))}
+             for h, rs in by_host.items()}
+    late = []
+    for h, node in nodes.items():
+        others = median(e for o in nodes if o != h for e in ends[o])
+        mine = node["median_end_s"]
+        if mine >= th.straggler_ratio * others and mine - others >= th.straggler_min_s:
+            late.append((node, others))
+    if not late:
+        return []
+    late.sort(key=lambda nl: -nl[0]["end_s"])
+    node, others = late[0]
+    rest = [n for h, n in nodes.items() if h not in {m["host"] for m, _ in late}]
+    if not rest:        # every node late against the others: none sets the pace
+        return []
+    rest_rate = sum(n["bytes_written"] for n in rest) / max(1e-9, max(n["end_s"] for n in rest))
+    ev = {"nodes": [m for m, _ in late], "other_nodes_median_end_s": others,
+          "other_nodes_throughput_Bps": round(rest_rate)}
+    ranks = sorted(r for m, _ in late for r in m["node_ranks"])
+    summary = (f"host {node['host']} (ranks {rank_ranges(node['node_ranks'])}) finished {node['end_s']:.1f} s into the save, "
+               f"its median rank {node['median_end_s'] / max(others, 1e-9):.1f}x later than the other nodes' ranks "
+               f"(their median {others:.1f} s); its ranks wrote "
+               f"{byte_rate(node['node_throughput_Bps'])}, the others {byte_rate(rest_rate)}: the save waits for the node")
+    fix = (f"look at host {node['host']}'s link and mount (its rows under per transport): a slower, shared or "
+           "rate-limited link, another server or mount options; all its ranks wait on it, not on their own work")
+    end = t0 + int(node["end_s"] * S)
+    hosts = {m["host"] for m, _ in late}
+    servers = sorted({tr["server"] for tr in ctx.transports if tr["server"] and tr["host"] in hosts})
+    return [Finding("straggler_node", "warning", summary, t0, end, ev, fix, ranks, [], servers)]
+
+
 # --- hung_tasks -------------------------------------------------------------------------
 
 def hung_tasks(ctx: Context) -> list[Finding]:
@@ -637,7 +690,7 @@ def long_blocked(ctx: Context, limit: int) -> list[dict]:
     return sorted(out, key=lambda b: -b["seconds"])
 
 
-DETECTORS = (server_unresponsive, slot_saturation, hung_tasks, flush_commit_stall, straggler_rank,
+DETECTORS = (server_unresponsive, slot_saturation, hung_tasks, flush_commit_stall, straggler_node, straggler_rank,
              small_sync_writes, metadata_storm)
 
 
@@ -650,29 +703,31 @@ def _same_servers(a: Finding, b: Finding) -> bool:
     return not a.servers or not b.servers or bool(set(a.servers) & set(b.servers))
 
 
-# symptom -> (cause, when the cause explains it, the words that say how)
+# symptom -> [(cause, when the cause explains it, the words that say how)], the first that holds
 EXPLAINS = {
-    # when the small synchronous writes set the stragglers apart (not every rank makes them)
-    "straggler_rank": ("small_sync_writes", lambda s, c: bool(s.ranks) and set(s.ranks) <= set(c.ranks)
-                       and c.evidence["ranks_affected"] < c.evidence["ranks"],
-                       "its small synchronous writes, each a round trip"),
-    "flush_commit_stall": ("slot_saturation", lambda s, c: _overlap(s, c) and _same_servers(s, c),
-                           "the flush waits behind the full slot table"),
-    "slot_saturation": ("server_unresponsive", lambda s, c: _overlap(s, c) and _same_servers(s, c),
-                        "the slots stay taken while the server does not answer"),
-    "hung_tasks": ("server_unresponsive", lambda s, c: _overlap(s, c) and _same_servers(s, c),
-                   "the calls wait for a server that does not answer"),
+    "straggler_rank": [
+        # when the late ranks are a late node's
+        ("straggler_node", lambda s, c: bool(s.ranks) and set(s.ranks) <= set(c.ranks),
+         "they are the late node's ranks"),
+        # when the small synchronous writes set the stragglers apart (not every rank makes them)
+        ("small_sync_writes", lambda s, c: bool(s.ranks) and set(s.ranks) <= set(c.ranks)
+         and c.evidence["ranks_affected"] < c.evidence["ranks"],
+         "its small synchronous writes, each a round trip")],
+    "flush_commit_stall": [("slot_saturation", lambda s, c: _overlap(s, c) and _same_servers(s, c),
+                            "the flush waits behind the full slot table")],
+    "slot_saturation": [("server_unresponsive", lambda s, c: _overlap(s, c) and _same_servers(s, c),
+                         "the slots stay taken while the server does not answer")],
+    "hung_tasks": [("server_unresponsive", lambda s, c: _overlap(s, c) and _same_servers(s, c),
+                    "the calls wait for a server that does not answer")],
 }
 
 
 def explain(found: list[Finding]) -> None:
     """Each symptom names the finding that causes it, which takes its severity if higher."""
     for symptom in found:
-        rule = EXPLAINS.get(symptom.kind)
-        if rule is None:
-            continue
-        kind, holds, how = rule
-        cause = next((c for c in found if c.kind == kind and c.explained_by is None and holds(symptom, c)), None)
+        cause, kind, how = next(((c, kind, how) for kind, holds, how in EXPLAINS.get(symptom.kind, ())
+                                 for c in found if c.kind == kind and c.explained_by is None and holds(symptom, c)),
+                                (None, None, None))
         if cause is None:
             continue
         symptom.explained_by = kind

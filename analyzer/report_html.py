@@ -16,7 +16,7 @@ from slotscope.capture.safepath import create_file
 from .job import Job, utc_ns
 from .losses import loss_when
 from . import evidence
-from .report_text import confidence_line, finding_when, headline, rank_ranges, slowest_rank
+from .report_text import clock_text, confidence_line, finding_when, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, number, pct, plural, rate, round_rate, seconds, size
 
@@ -294,8 +294,8 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
 
     out.append('<section id="captures"><h2>Captures and losses</h2>')
     rows = [[c["path"], c["host"], c["kernel"], c["start"] or "?", c["end"] or "still recording",
-             f"{c['lost_events']:,}"] for c in result["captures"]]
-    out.append(_table(["capture", "host", "kernel", "start", "end", "events lost"], rows, numeric={5}))
+             f"{c['lost_events']:,}", clock_text(c.get("clock"))] for c in result["captures"]]
+    out.append(_table(["capture", "host", "kernel", "start", "end", "events lost", "clock"], rows, numeric={5}))
     if result.get("losses"):
         rows = [[x["host"], x["probe"], x["counter"], x["what"], f"{x['lost']:,}",
                  loss_when(x), x["effect"]]

@@ -22,6 +22,15 @@ def wrap(text: str, indent: str, width: int | None = WIDTH) -> list[str]:
                          break_on_hyphens=False) or [indent]
 
 
+def clock_text(clock: dict | None) -> str:
+    """A capture's clock (analysis captures[].clock): how far its times may be from other hosts'."""
+    if not clock or clock["synchronized"] is None:
+        return "clock synchronization not recorded"
+    if not clock["synchronized"]:
+        return "clock not synchronized (its times line up with other hosts' only as well as it was set)"
+    return f"clock synchronized, within {duration(clock['uncertainty_ns'])}"
+
+
 def rank_ranges(ranks: list[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
     out, run = [], []
@@ -239,7 +248,7 @@ def render_text(result: dict) -> str:
     for cap in result["captures"]:
         out += wrap(f"capture {cap['path']}: host {cap['host']}, kernel {cap['kernel']}, "
                      f"{cap['start'] or '?'} .. {cap['end'] or 'still recording'}, "
-                     f"{plural(cap['lost_events'], 'event')} lost"
+                     f"{plural(cap['lost_events'], 'event')} lost, {clock_text(cap.get('clock'))}"
                      + ("" if cap.get("verified", True) else ", segments not verified (written before checksums)"), "")
     out += [f"problem: {p}" for p in result["problems"]]     # unwrapped: they name paths
     return "\n".join(out)

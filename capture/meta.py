@@ -59,13 +59,14 @@ class MapOf:
 
 
 CLOCK_PAIR = {"monotonic_ns": Ns, "realtime_ns": Ns, "uncertainty_ns": Ns}
+CLOCK_SYNC = {"synchronized": bool, "esterror_ns": Ns, "maxerror_ns": Ns}    # adjtimex at the start
 MOUNT = {"mountpoint": str, "source": str, "fstype": str, "dev": Int, "vers": (str, None), "proto": (str, None),
          "nconnect": (Decimal, None), "wsize": (Decimal, None), "rsize": (Decimal, None), "hard": bool,
          "timeo": (Decimal, None), "retrans": (Decimal, None), "server": (str, None), "options": str}
 SHAPE = {
     "format": str, "schema_version": Int, "format_minor": Int, "slotscope_version": str,
     "host": str, "boot_id": (str, None), "kernel": str, "command": str, "agent_pid": Int,
-    "start": CLOCK_PAIR, "stop": CLOCK_PAIR, "stop_reason": str,
+    "start": CLOCK_PAIR, "stop": CLOCK_PAIR, "clock_sync": CLOCK_SYNC, "stop_reason": str,
     "filters": dict, "probes": dict, "totals": dict,
     "nfs_mounts": ListOf(MOUNT), "sunrpc": MapOf((Decimal, None)),
     "mountstats_start": MapOf(str), "mountstats_stop": MapOf(str),
@@ -162,6 +163,17 @@ def read_meta(path: str) -> tuple[dict, list[str]]:
 def start_ns(meta: dict) -> int:
     """The capture's start on its host's CLOCK_MONOTONIC, the zero of its time axis."""
     return int((meta.get("start") or {}).get("monotonic_ns") or 0)
+
+
+def clock_uncertainty(meta: dict) -> dict:
+    """How closely the capture's UTC times line up with other hosts': whether its clock was
+    synchronized at the start (adjtimex: clock_sync; None when not recorded) and the bound, its
+    clock pair's spread plus the synchronization's estimated error (None unless synchronized)."""
+    sync = meta.get("clock_sync") or {}
+    pair = (meta.get("start") or {}).get("uncertainty_ns")
+    synced = sync.get("synchronized")
+    return {"synchronized": synced, "uncertainty_ns": pair + sync["esterror_ns"]
+            if synced and pair is not None and "esterror_ns" in sync else None}
 
 
 def utc_offset_ns(meta: dict) -> int:

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 import pytest
 from livehelp import slotscope, start_slotscope, wait_recording
 
+from slotscope.agent.clock import sync_state
 from slotscope.capture.reader import Capture
 
 pytestmark = [pytest.mark.live, pytest.mark.usefixtures("bpf_ready")]
@@ -139,6 +140,8 @@ def test_command_exit_status_and_clean_stop(tmp_path):
     cap = Capture.open(str(tmp_path / "cap"))
     assert cap.meta["stop_reason"] == "command exited"
     assert "stop" in cap.meta
+    # the kernel's NTP state at the start, as the analyzer states each capture's clock from it
+    assert cap.meta["clock_sync"] == {**cap.meta["clock_sync"], "synchronized": sync_state()["synchronized"]}
 
 
 def test_duration_and_sigterm_stop(tmp_path):

@@ -106,7 +106,8 @@ def test_json_contract(one_node):
     [cap] = result["captures"]
     assert cap == {"path": one_node, "host": "node-a", "kernel": "6.1.0-test",
                    "start": "2023-11-14T22:13:20.000+00:00", "end": "2023-11-14T22:14:20.000+00:00",
-                   "lost_events": 7, "verified": False}
+                   "lost_events": 7, "verified": False,
+                   "clock": {"synchronized": None, "uncertainty_ns": None}}     # no clock_sync in its meta.json
     assert [r["rank"] for r in result["ranks"]] == [0, 1, None]
     assert json.loads(json.dumps(result)) == result        # plain JSON types only
 

@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+import nodes
+
 JOB = Path("/job")
 RESULTS = JOB / "out"
 OUT = RESULTS   # the running scenario's results directory (main() sets it)
@@ -32,6 +34,7 @@ SRC = Path("/src")
 VENV_PY = "/opt/slotscope-venv/bin/python"
 TORCHRUN = "/opt/slotscope-venv/bin/torchrun"
 SERVER, CLIENT = "10.0.0.1", "10.0.0.2"
+NODE_ADDR = {1: "10.0.1.1", 2: "10.0.1.2"}   # the two VMs' link (--nodes 2): eth0 of each
 CLI = ["nsenter", "--net=/run/netns/cli"]
 EXPORT = Path("/export")
 MNT = "/mnt/nfs"
@@ -41,6 +44,8 @@ CAPTURE = Path("/var/tmp/capture")  # local disk: never onto the traced mount
 CAPTURES = "/var/tmp/capture-{n}"  # the boot's agent: one capture per scenario, and one between each two
 T0 = time.monotonic()
 timings = {}
+PEER = None     # with two nodes: node 1's nodes.Peer, node 2's nodes.Control
+CLOCK_SYNC = {}     # node 2: its clock's step to node 1's (nodes.Control.step_clock)
 
 
 class ScenarioError(RuntimeError):
@@ -55,6 +60,20 @@ def as_user(spec):
     needs root), so the user's processes live in the client's network namespace."""
     user = spec.get("agent_user")
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"] if user else []
+
+
+def node_of(spec):
+    return spec.get("node", 1)
+
+
+def server_addr(spec):
+    return NODE_ADDR[1] if node_of(spec) > 1 else SERVER
+
+
+def node_ranks(spec):
+    """This node's ranks: the job's, split in order between its nodes."""
+    per = spec["ranks"] // spec.get("nodes", 1)
+    return range((node_of(spec) - 1) * per, node_of(spec) * per)
 
 
 def make_user(user):
@@ -116,8 +135,9 @@ def install_project():
 
 
 @timed("modules")
-def load_modules():
-    for m in ("sunrpc", "nfsd", "nfs", "nfsv3", "nfsv4", "veth", "sch_netem", "sch_tbf"):
+def load_modules(spec):
+    for m in ("sunrpc", "nfsd", "nfs", "nfsv3", "nfsv4", "veth", "sch_netem", "sch_tbf",
+              *(["virtio_net"] if spec.get("nodes", 1) > 1 else [])):
         sh("modprobe", m)
 
 
@@ -151,7 +171,19 @@ def shape(prefix, dev, spec, change=False):
 
 
 @timed("link")
-def make_link():
+def make_link(spec):
+    """Node 1: the server's veth to its client namespace, and with two nodes eth0 to node 2.
+    Node 2 has no server: its client namespace "cli" is the initial one, holding eth0."""
+    if spec.get("nodes", 1) > 1:
+        name = f"node{node_of(spec)}"   # each capture's host; torchrun and gloo look it up
+        sh("hostname", name)
+        with open("/etc/hosts", "a") as hosts:
+            hosts.write(f"127.0.1.1 {name}\n")
+        sh("ip", "addr", "add", f"{NODE_ADDR[node_of(spec)]}/24", "dev", "eth0")
+        sh("ip", "link", "set", "eth0", "up")
+        if node_of(spec) > 1:
+            sh("ip", "netns", "attach", "cli", "1")
+            return
     sh("ip", "netns", "add", "cli")
     sh("ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", "cli")
     sh("ip", "addr", "add", f"{SERVER}/24", "dev", "veth0")
@@ -161,15 +193,29 @@ def make_link():
     sh(*CLI, "ip", "link", "set", "lo", "up")
 
 
+def link_devices(spec):
+    """(name in link counters, namespace prefix, netns, device, the node whose link it is) of
+    each end this VM shapes: node 1 both ends of its own link and its end of node 2's."""
+    if node_of(spec) > 1:
+        return [("client_eth0", [], None, "eth0", 2)]
+    return [("server_veth0", [], None, "veth0", 1), ("client_veth1", CLI, "cli", "veth1", 1),
+            *([("server_eth0", [], None, "eth0", 2)] if spec.get("nodes", 1) > 1 else [])]
+
+
+def node_link(spec, node):
+    """The shaping of one node's link: the scenario's, with that node's --node-rate-mbit."""
+    return {**spec, "rate_mbit": spec.get("node_rate_mbit", {}).get(str(node), spec["rate_mbit"])}
+
+
 def shape_link(spec, reset=False):
-    for prefix, dev in (([], "veth0"), (CLI, "veth1")):
+    for _, prefix, _, dev, node in link_devices(spec):
         if reset:
             sh(*prefix, "tc", "qdisc", "del", "dev", dev, "root")
-        shape(prefix, dev, spec)
+        shape(prefix, dev, node_link(spec, node))
 
 
 def set_link_loss(spec, loss_pct):
-    for prefix, dev in (([], "veth0"), (CLI, "veth1")):
+    for _, prefix, _, dev, _ in link_devices(spec):
         sh(*prefix, "tc", "qdisc", "change", "dev", dev, "root", "handle", "1:", *netem_args(spec, loss_pct))
 
 
@@ -182,8 +228,8 @@ def start_server(spec):
         Path(d).mkdir(parents=True, exist_ok=True)
     sh("mount", "-t", "nfsd", "nfsd", "/proc/fs/nfsd")
     sh("mount", "-t", "rpc_pipefs", "sunrpc", "/var/lib/nfs/rpc_pipefs")
-    Path("/etc/exports").write_text(
-        f"{EXPORT} 10.0.0.0/24(rw,sync,no_subtree_check,no_root_squash,fsid=0)\n")
+    Path("/etc/exports").write_text(        # 10.0.0.0/24 node 1's client, 10.0.1.0/24 node 2's link
+        f"{EXPORT} 10.0.0.0/23(rw,sync,no_subtree_check,no_root_squash,fsid=0)\n")
     Path("/proc/fs/nfsd/nfsv4gracetime").write_text("10")  # the minimum: first v4 OPENs wait it out
     sh("rpcbind", "-w")
     sh("exportfs", "-ra")
@@ -205,7 +251,8 @@ def configure(spec):
     set_slots(spec)
     if spec.get("dirty_background_bytes"):
         Path("/proc/sys/vm/dirty_background_bytes").write_text(str(spec["dirty_background_bytes"]))
-    sh("rpc.nfsd", str(spec["nfsd_threads"]))
+    if node_of(spec) == 1:
+        sh("rpc.nfsd", str(spec["nfsd_threads"]))
 
 
 @timed("reset")
@@ -239,30 +286,29 @@ def mount_options(spec):
 def mount(spec):
     path = str(EXPORT) if spec["nfs_vers"] == "3" else "/"  # fsid=0: the v4 pseudo-root
     Path(MNT).mkdir(parents=True, exist_ok=True)
-    sh(*CLI, "mount", "-t", "nfs", "-o", mount_options(spec), f"{SERVER}:{path}", MNT, timeout=120)
+    sh(*CLI, "mount", "-t", "nfs", "-o", mount_options(spec), f"{server_addr(spec)}:{path}", MNT, timeout=120)
     return mount_options(spec)
 
 
-def link_counters():
-    """Byte counters of both ends of the link, read over netlink like the agent does."""
+def link_counters(spec):
+    """Byte counters of the link's ends in this VM, read over netlink like the agent does."""
     from pyroute2 import IPRoute, NetNS
     res = {}
-    for name, ipr_factory, dev in (("server_veth0", IPRoute, "veth0"),
-                                   ("client_veth1", lambda: NetNS("cli"), "veth1")):
-        with ipr_factory() as ipr:
+    for name, _, netns, dev, _ in link_devices(spec):
+        with (NetNS(netns) if netns else IPRoute()) as ipr:
             stats = ipr.get_links(ifname=dev)[0].get_attr("IFLA_STATS64")
         res[name] = {"rx_bytes": stats["rx_bytes"], "tx_bytes": stats["tx_bytes"],
                      "rx_packets": stats["rx_packets"], "tx_packets": stats["tx_packets"]}
     return res
 
 
-def snapshot(tag):
+def snapshot(tag, spec):
     """mountstats is per mount namespace and /proc/net/rpc/nfs per network
     namespace: read both from a process in the client's namespaces."""
     (OUT / f"mountstats.{tag}").write_text(sh(*CLI, "cat", "/proc/self/mountstats"))
     (OUT / f"nfsstat.{tag}").write_text(sh(*CLI, "nfsstat", "-c"))
     (OUT / f"sunrpc.{tag}").write_text(sunrpc_state())
-    return link_counters()
+    return link_counters(spec)
 
 
 def sunrpc_state():
@@ -389,9 +435,10 @@ def start_ranks(spec, target, saves=False):
     """The rank processes, each set up and waiting for its go (with `saves`, for a save per
     line: see writer.py)."""
     procs = {}
-    for rank in range(spec["ranks"]):
+    ranks = node_ranks(spec)
+    for rank in ranks:
         p = rank_params(spec, rank)
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(spec["ranks"]))
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank - ranks[0]), WORLD_SIZE=str(spec["ranks"]))
         procs[rank] = subprocess.Popen(
             [*CLI, *as_user(spec), VENV_PY, str(RANKS_CODE / "writer.py"), "--dir", target,
              "--write-size", str(p["write_size"]), "--mode", p["mode"],
@@ -428,11 +475,36 @@ def save(procs, spec, label, meter):
     return ranks, used
 
 
+def start_together(spec):
+    """With two nodes, both nodes' ranks get their go at once: node 2 says it is ready (mounted,
+    its agent recording, its ranks started), node 1 says go when its own are ready too."""
+    if PEER is None:
+        return
+    wait = spec["agent_start_timeout"] + spec["writer_timeout"]
+    if node_of(spec) > 1:
+        PEER.send("ready")
+        PEER.wait("go", wait)
+    else:
+        PEER.wait("ready", wait)
+        PEER.send("go")
+
+
+def end_together(spec, result):
+    """Node 2 says it is done (its capture ended), with how far its clock is from node 1's now;
+    node 1 waits for it before it lists the server's files and ends its ftrace."""
+    if node_of(spec) > 1:
+        result["clock_offset_at_end"] = PEER.offset()
+        PEER.send("done")
+    else:
+        PEER.wait("done", spec["writer_timeout"] + spec["agent_stop_timeout"])
+
+
 def writers(spec, subdir=None, agent=None):
     """Start the ranks together, wait for them; returns (ranks, freeze window, usage):
     usage is the CPU and BPF time the agent (if given) and the whole guest spent
     between the go and the last rank's exit."""
     procs = start_ranks(spec, f"{MNT}/{CKPT}" + (f"/{subdir}" if subdir else ""))
+    start_together(spec)
     meter = Usage(agent)
     t_go = time.monotonic()
     usage0 = meter.read()
@@ -575,6 +647,7 @@ def ftrace_start(events):
     """Enable kernel trace events (SYSTEM:EVENT) into the ftrace buffer, for checks
     that need a kernel-side truth the agent does not record."""
     (TRACING / "buffer_size_kb").write_text("8192")
+    (TRACING / "trace_clock").write_text("mono")   # CLOCK_MONOTONIC: the capture's clock
     (TRACING / "trace").write_text("")
     for ev in events:
         system, _, name = ev.partition(":")
@@ -645,6 +718,12 @@ def compare_agent(spec):
     return rounds
 
 
+@timed("clock_step")
+def step_clock():
+    CLOCK_SYNC.update(PEER.step_clock())
+    log(f"clock stepped to node 1's: {CLOCK_SYNC}")
+
+
 def run_one(spec, agent):
     """One scenario on the configured boot, results in OUT; returns the boot's agent (started
     here if the boot has none yet, None without one)."""
@@ -653,8 +732,8 @@ def run_one(spec, agent):
         configure(spec)
         shape_link(spec, reset=not spec["first"])
         result["mount_options"] = mount(spec)
-        result["link_before"] = snapshot("before")
-        if spec.get("ftrace"):
+        result["link_before"] = snapshot("before", spec)
+        if spec.get("ftrace") and node_of(spec) == 1:    # the server's VM
             ftrace_start(spec["ftrace"])
         if spec.get("compare_agent"):
             result["rounds"] = compare_agent(spec)
@@ -684,12 +763,17 @@ def run_one(spec, agent):
                 timings["agent_stop"] = round(time.monotonic() - t, 2)
                 shutil.copytree(capture, OUT / "capture")
                 shutil.rmtree(capture)
-        if spec.get("ftrace"):
+        if PEER is not None:
+            end_together(spec, result)
+        if spec.get("ftrace") and node_of(spec) == 1:
             ftrace_stop(spec["ftrace"])
-        result["link_after"] = snapshot("after")
-        result["server_files"] = server_files()
-        result["server_bytes"] = sum(result["server_files"].values())
-    except (ScenarioError, OSError, subprocess.SubprocessError) as e:
+        result["link_after"] = snapshot("after", spec)
+        if node_of(spec) == 1:
+            result["server_files"] = server_files()
+            result["server_bytes"] = sum(result["server_files"].values())
+        if CLOCK_SYNC:
+            result["clock_sync"] = CLOCK_SYNC
+    except (ScenarioError, nodes.NodeError, OSError, subprocess.SubprocessError) as e:
         (OUT / "error.txt").write_text(f"{e}\n")
         log(f"FAILED: {e}")
     finally:
@@ -704,20 +788,27 @@ def run_one(spec, agent):
 def main():
     """The boot's steps, then each scenario with a reset before all but the first. A reset
     that fails ends the boot: the host reruns the scenarios left in a fresh one."""
-    global OUT
+    global OUT, PEER
     jobs = json.loads((JOB / "specs.json").read_text())
+    spec = jobs[0]["spec"]
     RESULTS.mkdir(exist_ok=True)
     progress = open(RESULTS / "progress", "a")
     boot = {"boot_seconds": float(Path("/proc/uptime").read_text().split()[0])}
     try:
         install_project()
-        load_modules()
+        load_modules(spec)
         tunables = read_tunables()
-        make_link()
-        start_server(jobs[0]["spec"])   # the host gives a boot one export_fs
-        if jobs[0]["spec"].get("agent_user"):      # and one agent user
-            make_user(jobs[0]["spec"]["agent_user"])
-    except (ScenarioError, OSError, subprocess.SubprocessError) as e:
+        make_link(spec)
+        if node_of(spec) > 1:
+            PEER = nodes.Control(NODE_ADDR[1], timeout=900)
+            step_clock()
+        else:
+            if spec.get("nodes", 1) > 1:
+                PEER = nodes.Peer(NODE_ADDR[1])
+            start_server(spec)   # the host gives a boot one export_fs
+            if spec.get("agent_user"):      # and one agent user
+                make_user(spec["agent_user"])
+    except (ScenarioError, nodes.NodeError, OSError, subprocess.SubprocessError) as e:
         (RESULTS / "error.txt").write_text(f"{e}\n")
         log(f"FAILED before the first scenario: {e}")
         return 1
@@ -754,6 +845,11 @@ def main():
         finally:
             boot["agent_stop_seconds"] = timings.get("agent_stop")
             (RESULTS / "boot.json").write_text(json.dumps(boot, indent=2) + "\n")
+    if isinstance(PEER, nodes.Peer):
+        try:
+            PEER.wait_hangup(300)
+        except nodes.NodeError as e:
+            log(f"node 2: {e}")
     log("scenarios done")
     return int(rc)
 

@@ -10,12 +10,13 @@ import json
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from . import mountstats
 from .image import REPO, VM_DIR, BuildError, ensure_image
-from .vm import Share, VMError, run_vm
+from .vm import Share, VMError, run_vm, stream_nic
 
 MODES = ("buffered", "fsync", "osync", "odirect")
 CLIENTS = ("torch-save", "dcp", "dcp-async", "safetensors")     # tests/vm/guest/clients.py
@@ -47,6 +48,15 @@ def rank_override(text):
             f"bad --rank-override {text!r}: want RANK:write-size=BYTES,mode=MODE[,file-mb=MB]") from None
 
 
+def node_rate(text):
+    """NODE:MBIT -> (node, mbit)."""
+    try:
+        node, _, mbit = text.partition(":")
+        return int(node), float(mbit)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --node-rate-mbit {text!r}: want NODE:MBIT, e.g. 2:20") from None
+
+
 def parser():
     ap = argparse.ArgumentParser(
         prog="run-scenario",
@@ -67,7 +77,13 @@ def parser():
     ap.add_argument("--delay-ms", type=float, default=0, help="netem delay added in EACH direction")
     ap.add_argument("--rate-mbit", type=float, help="tbf rate limit in each direction")
     ap.add_argument("--loss-pct", type=float, default=0, help="netem loss in each direction")
-    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--ranks", type=int, default=4, help="the job's ranks (WORLD_SIZE), over all its nodes")
+    ap.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                    help="2: a second client VM (node 2) against node 1's server, joined by qemu's stream "
+                         "networking over a unix socket; the ranks split in order between the nodes, each node "
+                         "with its own agent and capture (node 2's results in OUT/node2)")
+    ap.add_argument("--node-rate-mbit", type=node_rate, action="append", default=[], metavar="NODE:MBIT",
+                    help="tbf rate limit of one node's link, each direction (repeatable): a straggler node")
     ap.add_argument("--write-size", type=int, default=1 << 20, help="bytes per write()")
     ap.add_argument("--mode", choices=MODES, default="buffered")
     ap.add_argument("--file-mb", type=float, default=8, help="size of each file a rank writes")
@@ -143,6 +159,13 @@ def check(ap, a):
     for ev in a.ftrace:
         if ev.count(":") != 1 or "/" in ev or ".." in ev:
             ap.error(f"--ftrace {ev!r}: want SYSTEM:EVENT")
+    if a.nodes > 1 and (a.ranks % a.nodes or a.server_freeze_at is not None or a.client
+                        or a.compare_agent is not None or a.agent_user):
+        ap.error("--nodes 2: --ranks a multiple of the nodes; no --server-freeze-at, --client, --compare-agent "
+                 "or --agent-user")
+    for node, mbit in a.node_rate_mbit:
+        if not 1 <= node <= a.nodes or mbit <= 0:
+            ap.error(f"--node-rate-mbit: node {node} is not in 1..{a.nodes}, or the rate is not positive")
     for rank, _ in a.rank_override:
         if not 0 <= rank < a.ranks:
             ap.error(f"--rank-override: rank {rank} is not in 0..{a.ranks - 1}")
@@ -163,6 +186,7 @@ def spec_of(a):
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
         "compare_agent": a.compare_agent,
         "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,
+        **({"nodes": a.nodes, "node_rate_mbit": {str(n): r for n, r in a.node_rate_mbit}} if a.nodes > 1 else {}),
         "clients": a.client, **({"state_mb": a.state_mb, "saves": a.saves, "save_every": a.save_every}
                                 if a.client else {}),
     }
@@ -254,9 +278,10 @@ def run(a):
 
 def boot_key(spec):
     """What scenarios sharing a boot must have in common: one export and one agent (and its
-    user) serve them all, and the overhead mode runs its own agents."""
+    user) serve them all, and the overhead mode runs its own agents; a boot of two nodes is a
+    pair of VMs."""
     return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec.get("agent_user"),
-            spec["compare_agent"])
+            spec["compare_agent"], spec.get("nodes", 1))
 
 
 def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
@@ -265,7 +290,10 @@ def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0
     the scenarios after it get a fresh boot. -> {name: record, or the ScenarioFailed}."""
     results, groups = {}, {}
     for item in scenarios:
-        groups.setdefault(boot_key(item[1]), []).append(item)
+        key = boot_key(item[1])
+        if key[-1] > 1:     # a pair of VMs runs one scenario: node 2's guest has no reset
+            key = (*key, item[0])
+        groups.setdefault(key, []).append(item)
     for pending in groups.values():
         while pending:
             done = _boot(pending, kernel, icount, scenario_budget, boot_budget, log)
@@ -279,28 +307,83 @@ def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0
     return results
 
 
+def _job_share(pending, node):
+    """The 9p job share of one VM of a boot: the guest scripts, the specs (with the node each
+    VM is), and out/ for what comes back."""
+    share = Path(tempfile.mkdtemp(prefix=f"slotscope-boot{'' if node == 1 else node}-", dir=pending[0][2].parent))
+    shutil.copytree(VM_DIR / "guest", share / "guest")
+    shutil.copy(VM_DIR / "guest/job.sh", share / "job")
+    (share / "specs.json").write_text(json.dumps([{"name": n, "spec": {**s, "node": node}} for n, s, _ in pending],
+                                                 indent=2))
+    (share / "out").mkdir()
+    return share
+
+
+PAIR_GRACE_S = 60   # node 1 waits for node 2's job to end: node 2 still up a minute later is stuck
+
+
+def _run_pair(run, shares, watches, log):
+    """Node 1's VM, then, once it listens on the link's socket, node 2's, each with its watchdog;
+    either failing stops the other. -> node 1's Result; raises the first VMError."""
+    sock = Path(tempfile.mkdtemp(prefix="slotscope-link-")) / "sock"    # short: a unix socket path
+    failed, ended = [], []
+
+    def watched(watch):
+        def why():
+            if ended and time.monotonic() > ended[0] + PAIR_GRACE_S:
+                return f"node 1's VM ended {PAIR_GRACE_S} s ago: node 2 has no server"
+            return watch() or (f"the other node's VM failed: {failed[0]}" if failed else None)
+        return why
+
+    def node1(result):
+        try:
+            result.append(run(shares[0], watched(watches[0]), stream_nic(sock, listen=True)))
+        except VMError as e:
+            failed.append(e)
+        ended.append(time.monotonic())
+    result = []
+    first = threading.Thread(target=node1, args=(result,))
+    first.start()
+    deadline = time.monotonic() + 120
+    while not sock.exists() and first.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        if not sock.exists():
+            raise VMError(f"node 1's VM did not listen on {sock} within 120 s")
+        log("node 2: booting against node 1's link")
+        run(shares[1], watched(watches[1]), stream_nic(sock, listen=False))
+    except VMError as e:
+        failed.append(e)
+    first.join()
+    shutil.rmtree(sock.parent, ignore_errors=True)
+    if failed:
+        raise failed[0]
+    return result[0]
+
+
 def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
     """One boot running `pending` in order; -> {name: record or ScenarioFailed} for the
-    scenarios it ran or hung in (those it never started are left out)."""
+    scenarios it ran or hung in (those it never started are left out). With two nodes, a pair
+    of VMs: node 2's results go to OUT/node2."""
     sources = source_key()  # before the run: the checkout may change meanwhile
     t0 = time.monotonic()
     image = ensure_image()
     image_seconds = round(time.monotonic() - t0, 1)
     for _, _, out in pending:
         out.mkdir(parents=True, exist_ok=True)
-    share = Path(tempfile.mkdtemp(prefix="slotscope-boot-", dir=pending[0][2].parent))
-    shutil.copytree(VM_DIR / "guest", share / "guest")
-    shutil.copy(VM_DIR / "guest/job.sh", share / "job")
-    (share / "specs.json").write_text(json.dumps([{"name": n, "spec": s} for n, s, _ in pending], indent=2))
-    (share / "out").mkdir()
-    console = share / "console.log"
-    watch = Watchdog(share / "out" / "progress", boot_budget, scenario_budget)
+    nodes = pending[0][1].get("nodes", 1)
+    shares = [_job_share(pending, node) for node in range(1, nodes + 1)]
+    watches = [Watchdog(share / "out" / "progress", boot_budget, scenario_budget) for share in shares]
+    share, watch = shares[0], watches[0]
     boot_id = f"{kernel}-{share.name}"
     failure = rc = None
     vm_seconds = 0.0
+
+    def run(share, watch, net=()):
+        return run_vm(image, kernel, share, share / "console.log", boot_budget + scenario_budget * len(pending),
+                      shares=[Share("src", REPO, readonly=True)], log=log, icount=icount, watch=watch, net=net)
     try:
-        res = run_vm(image, kernel, share, console, boot_budget + scenario_budget * len(pending),
-                     shares=[Share("src", REPO, readonly=True)], log=log, icount=icount, watch=watch)
+        res = run(share, watch) if nodes == 1 else _run_pair(run, shares, watches, log)
         rc, vm_seconds, accel, clock = res.rc, res.seconds, res.accel, res.clock
     except VMError as e:
         failure = str(e)
@@ -310,24 +393,30 @@ def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
     boot.update({"id": boot_id, "kernel": kernel, "scenarios": [n for n, _, _ in pending], "vm_seconds": vm_seconds})
     done = {}
     for name, spec, out in pending:
-        ran = share / "out" / name
-        for f in (console, share / "job.log"):
-            if f.exists():
-                shutil.copy(f, out / f.name)
-        if not ran.exists():
-            continue
-        for f in ran.iterdir():
-            shutil.move(f, out / f.name)
-        if watch.hung == name:
-            (out / "error.txt").write_text(f"{failure}\n")
-            done[name] = ScenarioFailed(f"{failure}\n(see {out}/console.log)")
-            continue
-        done[name] = _scenario_record(name, spec, out, boot, sources, image, image_seconds, accel, clock)
+        for node, (share_n, watch_n) in enumerate(zip(shares, watches), 1):
+            dest = out if node == 1 else out / f"node{node}"
+            dest.mkdir(exist_ok=True)
+            ran = share_n / "out" / name
+            for f in (share_n / "console.log", share_n / "job.log"):
+                if f.exists():
+                    shutil.copy(f, dest / f.name)
+            if not ran.exists():
+                continue
+            for f in ran.iterdir():
+                shutil.move(f, dest / f.name)
+            if watch_n.hung == name:
+                (dest / "error.txt").write_text(f"{failure}\n")
+                done[name] = ScenarioFailed(f"{failure}\n(see {dest}/console.log)")
+            else:       # the scenario's outcome is node 1's record, or the first failure
+                record = _scenario_record(name, spec, dest, boot, sources, image, image_seconds, accel, clock)
+                if node == 1 or (isinstance(record, Exception) and not isinstance(done.get(name), Exception)):
+                    done[name] = record
     if not done:    # the boot failed before its first scenario
         why = failure or _read_text(share / "out" / "error.txt") or f"the job exited with status {rc}"
         done = {name: ScenarioFailed(f"the boot failed before scenario {name}: {why}\n(see {out}/job.log "
                                      f"and console.log)") for name, _, out in pending}
-    shutil.rmtree(share, ignore_errors=True)
+    for share_n in shares:
+        shutil.rmtree(share_n, ignore_errors=True)
     log(f"boot {boot_id}: {len(done)} of {len(pending)} scenarios, VM {vm_seconds} s (job status {rc})")
     return done
 
@@ -362,7 +451,7 @@ def _scenario_record(name, spec, out, boot, sources, image, image_seconds, accel
     (out / "scenario.json").write_text(json.dumps(record, indent=2) + "\n")
     if error:
         return ScenarioFailed(f"scenario {name} failed in the VM: {error}\n(see {out}/job.log and console.log)")
-    if record["server_bytes"] != record["expected_bytes"]:
+    if "server_bytes" in record and record["server_bytes"] != record["expected_bytes"]:  # node 1 holds the server
         return ScenarioFailed(f"scenario {name}: the server has {record['server_bytes']} bytes, expected "
                               f"{record['expected_bytes']} (see {out}/scenario.json)")
     return record

@@ -68,6 +68,15 @@ NAMED = {
     # A training loop's three DCP saves, 12 s of computing apart, on a healthy mount.
     "dcp_saves": ["--nfs-vers", "3", "--delay-ms", "5", "--ranks", "4", "--state-mb", "4", "--client", "dcp",
                   "--saves", "3", "--save-every", "12"],
+    # One job over two nodes (a pair of VMs of its own): ranks 0-3 on node 1 (the server's VM),
+    # 4-7 on node 2, whose link is held to 5 Mbit/s: its 4 MiB of fsync'ed 1 MiB writes take
+    # 6.7 s or more, node 1's 0.2-1.3 s (idle to loaded host; at 10 Mbit/s the ratio was 3.5x
+    # loaded, against straggler_node's 2x). ftrace of svc_process on the server gives the
+    # server's receipt of each of node 2's RPCs, which bounds the clocks' offset
+    # (test_two_nodes.py).
+    "two_nodes": ["--nodes", "2", "--node-rate-mbit", "2:5", "--nfs-vers", "4.2", "--ranks", "8",
+                  "--write-size", "1048576", "--mode", "fsync", "--file-mb", "1", "--ftrace", "sunrpc:svc_process",
+                  "--agent-start-timeout", "600"],     # two BCC compiles at once: 115-121 s on an idle host, > 240 s on a busy one
     # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
     # timeo makes the client log "not responding" (and "OK") within the freeze.
     "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",

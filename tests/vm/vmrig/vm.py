@@ -62,13 +62,21 @@ def console_tail(console, n=CONSOLE_TAIL):
     return "\n".join(lines[-n:])
 
 
-def qemu_command(image, kernel, accel, console, shares, icount=None):
+def stream_nic(socket, listen):
+    """A virtio NIC joined to another VM's by qemu's stream backend over a unix socket: the
+    frames go between the two qemu processes on this machine and nowhere else. The VM that
+    listens must be up before the other connects (QEMU 7.2 has no reconnect)."""
+    return ["-netdev", f"stream,id=link,server={'on' if listen else 'off'},addr.type=unix,addr.path={socket}",
+            "-device", "virtio-net-pci,netdev=link"]
+
+
+def qemu_command(image, kernel, accel, console, shares, icount=None, net=()):
     vmlinuz, initrd = image.kernel(kernel)
     cmd = ["qemu-system-x86_64", "-accel", accel, "-m", str(MEMORY_MB),
            *(icount_args(icount) if icount is not None else ["-smp", str(CPUS)]),
            "-display", "none", "-monitor", "none", "-serial", f"file:{console}",
            "-no-reboot", "-nic", "none", "-kernel", str(vmlinuz), "-initrd", str(initrd),
-           "-append", "console=ttyS0 panic=-1 loglevel=4"]
+           "-append", "console=ttyS0 panic=-1 loglevel=4", *net]
     # TCG's default CPU (qemu64) lacks SSE4.2/AVX, which numpy and pyarrow wheels need
     # (they die with SIGILL); "max" gives everything TCG can emulate.
     cmd += ["-cpu", "host" if accel == "kvm" else "max"]
@@ -113,19 +121,21 @@ def choose_accel(image, kernel):
     return "kvm" if kvm_works(image, kernel) else "tcg"
 
 
-def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print, icount=None, watch=None):
+def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print, icount=None, watch=None,
+           net=()):
     """Boot, run job_dir/job, power off. Returns Result (rc is the job's exit status);
     raises VMTimeout (with the console tail) if the VM is still up after timeout s, or when
     watch(), called every second, returns a reason to stop it (a job step that hangs).
     icount=SHIFT: the guest clock counts instructions (icount_args), under TCG only; with
-    KVM the guest runs on real hardware and keeps the real clock."""
+    KVM the guest runs on real hardware and keeps the real clock. net: qemu arguments of a
+    NIC (stream_nic), none by default."""
     job_dir = Path(job_dir)
     (job_dir / "rc").unlink(missing_ok=True)
     accel = choose_accel(image, kernel)
     if accel != "tcg":
         icount = None
     clock = "wall" if icount is None else f"icount shift={icount}"
-    cmd = qemu_command(image, kernel, accel, console, [Share("job", job_dir), *shares], icount)
+    cmd = qemu_command(image, kernel, accel, console, [Share("job", job_dir), *shares], icount, net)
     for attempt in range(1, BOOT_ATTEMPTS + 1):
         log(f"booting kernel {kernel} ({accel}, clock {clock}), timeout {timeout} s, console {console}")
         t0 = time.monotonic()
