@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from . import mountstats
-from .image import REPO, VM_DIR, BuildError, ensure_image
+from .image import KERNELS, REPO, VM_DIR, BuildError, ensure_image
 from .vm import Share, VMError, run_vm
 
 MODES = ("buffered", "fsync", "osync", "odirect")
@@ -52,7 +52,7 @@ def parser():
         prog="run-scenario",
         description="Run one NFS checkpoint-storm scenario in the qemu VM and collect its results.")
     ap.add_argument("--out", required=True, type=Path, help="results directory (created)")
-    ap.add_argument("--kernel", choices=("6.1", "6.12"), default="6.1")
+    ap.add_argument("--kernel", choices=tuple(KERNELS), default="6.1")
     ap.add_argument("--nfs-vers", choices=("3", "4.1", "4.2"), default="4.2")
     ap.add_argument("--nconnect", type=int, help="mount option nconnect (1-16)")
     ap.add_argument("--wsize", type=int, help="mount option wsize in bytes")
@@ -280,7 +280,7 @@ def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
     scenarios it ran or hung in (those it never started are left out)."""
     sources = source_key()  # before the run: the checkout may change meanwhile
     t0 = time.monotonic()
-    image = ensure_image()
+    image = ensure_image(kernel=kernel)
     image_seconds = round(time.monotonic() - t0, 1)
     for _, _, out in pending:
         out.mkdir(parents=True, exist_ok=True)
