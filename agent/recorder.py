@@ -25,7 +25,7 @@ from .layouts import LOSS_COUNTERS, warm_up
 from .memory import give_back
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import DRAIN_EVERY, Filters, KprobeGroup, SyscallProbes, ebpf_text, load, runnable_groups
+from .probes import DRAIN_EVERY, Filters, SyscallProbes, ebpf_text, load_falling_back, runnable_groups
 from .rpc_rows import ClientNames, rpc_table
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
 
@@ -261,13 +261,17 @@ class Recorder:
         self.tgids = list(opts.pids) + ([proc.pid] if proc else [])
         try:
             filters = Filters(tgids=self.tgids, cgroup=opts.cgroup, devs=devs)
-            self.loaded, groups = self._load(groups, filters, self.skipped)
+            self.loaded, groups = load_falling_back(groups, filters, self.skipped, self._say)
         except Exception as exc:
             if proc:
                 proc.kill()
             writer.close()
             raise RecordError(f"loading the syscall probes failed: {exc}") from None
         self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}
+        # What this kernel gave in place of what a group reads first: said once, kept in meta.json.
+        self.fell_back = {g.name: g.fallbacks() for g in groups if g.fallbacks()}
+        for name, notes in self.fell_back.items():
+            self._say(f"probe group {name} fell back: {'; '.join(notes)}", always=True)
         self.streams = [stream for g in groups for stream in g.streams]
         # A signal ends the drain loop's wait at once: Ctrl-C, SIGTERM, SIGUSR1 (the next
         # capture) and (SIGCHLD) the end of the traced command. Python writes each to the
@@ -313,7 +317,8 @@ class Recorder:
             "paths": list(file_filter.prefixes),
             "fs": sorted(file_filter.fstypes) if file_filter.fstypes else "any",
             "pids": opts.pids, "cgroup": opts.cgroup, "command": bool(opts.command),
-        }, {"attached": dict(self.attached), "skipped": dict(self.skipped)})
+        }, {"attached": dict(self.attached), "skipped": dict(self.skipped),
+            "fell_back": dict(self.fell_back)})
         writer.write_meta(meta)
         registry = FileRegistry(file_filter)
         self.identities = Identities()
@@ -496,24 +501,6 @@ class Recorder:
             except Exception as exc:  # no netlink, no /dev/kmsg: record without them
                 probes["skipped"][name] = f"{type(exc).__name__}: {exc}"
         return samplers
-
-    def _load(self, groups: list, filters: Filters, skipped: dict) -> tuple:
-        """Load the groups; when that fails, retry without the kprobe groups (they read struct
-        fields, the likeliest to break on an unusual kernel), then with syscalls alone: the
-        optional groups must not cost the syscall view."""
-        attempts = []
-        for attempt in (groups, [g for g in groups if not isinstance(g, KprobeGroup)], groups[:1]):
-            if attempt not in attempts:
-                attempts.append(attempt)
-        for attempt, fallback in zip(attempts, attempts[1:]):
-            try:
-                return load(attempt, filters), attempt
-            except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
-                dropped = [g for g in attempt if g not in fallback]
-                for g in dropped:
-                    skipped[g.name] = f"failed to load: {exc}"
-                self._say(f"the probes failed to load ({exc}); retrying without {', '.join(g.name for g in dropped)}")
-        return load(attempts[-1], filters), attempts[-1]
 
     # ---- the drain ----
     def _drain(self) -> None:
