@@ -33,7 +33,8 @@ def checks() -> list[tuple[str, str | None, str]]:
     for make in GROUPS:
         group = make()
         reason = group.can_run()
-        fell_back = "" if reason else "".join(f"; fell back: {note}" for note in group.fallbacks())
+        notes = [] if reason else group.fallbacks()
+        fell_back = f"; fell back: {'; '.join(notes)}" if notes else ""
         out.append((f"{GROUP}{group.name}", reason, group.description + fell_back))
     return out
 

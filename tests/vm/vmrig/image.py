@@ -62,9 +62,11 @@ ROOTS = {
     "trixie": Root("trixie", "3.13", {"7.3": "trixie-backports"}),
 }
 KERNELS = {kernel: name for name, root in ROOTS.items() for kernel in root.kernels}   # kernel -> its root
-# Modules the initramfs needs to reach the root disk (modprobe adds their dependencies;
-# crc32c_generic is only a soft dependency of ext4, so it is named).
-INITRD_MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4"]
+# Modules the initramfs needs to reach the root disk (modprobe adds their dependencies).
+INITRD_MODULES = ["virtio_pci", "virtio_blk", "ext4"]
+# ext4's crc32c, a soft dependency that modprobe does not follow, up to 6.x; 7.x has no
+# crc32c_generic (its ext4 pulls crc32c-cryptoapi in itself): named where the kernel has it.
+INITRD_SOFT_MODULES = ["crc32c_generic"]
 FREE_SPACE = 3 << 30  # room in the root filesystem for exported files and captures
 
 
@@ -221,7 +223,7 @@ def build(stage, name):
         ch("dpkg-divert", "--local", "--rename", "--add", "/usr/sbin/update-initramfs")
         ch("ln", "-s", "/bin/true", "/usr/sbin/update-initramfs")
         for kernel, suite in spec.kernels.items():
-            kernels[kernel] = step(f"kernel {kernel}", install_kernel, ch, stage, suite)
+            kernels[kernel] = step(f"kernel {kernel}", install_kernel, ch, stage, spec.release, suite)
         step("python venv", make_venv, ch)
         clients = step("checkpoint clients", install_clients, ch, spec.python)
         ch("apt-get", "clean")
@@ -240,7 +242,7 @@ def build(stage, name):
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def install_kernel(ch, stage, suite):
+def install_kernel(ch, stage, release, suite):
     """The kernel the suite's linux-image-amd64 points at, and its headers (BCC
     compiles against them)."""
     deps = ch("apt-cache", "-t", suite, "depends", "linux-image-amd64")
@@ -248,7 +250,12 @@ def install_kernel(ch, stage, suite):
                 if "Depends: linux-image-" in line), None)
     if not abi:
         raise BuildError(f"cannot resolve linux-image-amd64 in {suite}:\n{deps}")
-    ch("apt-get", "install", "-y", "-q", "--no-install-recommends", f"linux-image-{abi}", f"linux-headers-{abi}")
+    # A suite of the root's own release is the target release: a backports kernel wants its
+    # suite's newer linux-base, which backports (NotAutomatic) never give otherwise. Another
+    # release's suite is not (its pin keeps it below the root's own packages).
+    target = ["-t", suite] if suite.startswith(release) else []
+    ch("apt-get", "install", "-y", "-q", "--no-install-recommends", *target, f"linux-image-{abi}",
+       f"linux-headers-{abi}")
     vmlinuz = f"vmlinuz-{abi}"
     shutil.copy(ch.root / "boot" / vmlinuz, stage / vmlinuz)
     return {"abi": abi, "suite": suite, "vmlinuz": vmlinuz, "initrd": f"initrd-{abi}.img"}
@@ -306,7 +313,10 @@ def make_initrd(root, stage, name, abi):
     (tree / "mods").mkdir()
     shutil.copy(root / "bin/busybox", tree / "bin/busybox")  # busybox-static
     shutil.copy(BOOTFILES / "initrd-init", tree / "init")
-    show = run(["chroot", root, "modprobe", "-S", abi, "--show-depends", "-a", *INITRD_MODULES],
+    soft = [m for m in INITRD_SOFT_MODULES
+            if subprocess.run(["chroot", root, "modinfo", "-k", abi, "-n", m], env=Chroot.ENV, capture_output=True,
+                              check=False).returncode == 0]
+    show = run(["chroot", root, "modprobe", "-S", abi, "--show-depends", "-a", *INITRD_MODULES, *soft],
                env=Chroot.ENV)
     order = []
     for line in show.splitlines():

@@ -106,6 +106,9 @@ def parser():
                     help="under TCG, run the guest on an instruction-counting clock, one vCPU: each "
                          "emulated instruction is 2**SHIFT ns of guest time, so the host's speed and load do "
                          "not enter guest timings (bench/overhead.py; vmrig/vm.py icount_args)")
+    ap.add_argument("--doctor-load", action="store_true",
+                    help="the boot's `slotscope doctor` also compiles and loads the probes (--load): one more BPF "
+                         "compile per boot, the only check of BCC against the kernel's headers; doctor.txt")
     ap.add_argument("--agent-start-timeout", type=float, default=240,
                     help="seconds to wait for the agent's 'recording' line (BCC compiles slowly under TCG)")
     ap.add_argument("--agent-stop-timeout", type=float, default=120)
@@ -156,7 +159,7 @@ def spec_of(a):
         "rank_overrides": {str(r): f for r, f in a.rank_override},
         "freeze_at": a.server_freeze_at, "freeze_for": a.server_freeze_for,
         "agent": not a.no_agent, "agent_args": a.agent_args.split(),
-        "nfsd_threads": a.nfsd_threads, "agent_start_timeout": a.agent_start_timeout,
+        "nfsd_threads": a.nfsd_threads, "doctor_load": a.doctor_load, "agent_start_timeout": a.agent_start_timeout,
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
         "compare_agent": a.compare_agent,
         "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,
@@ -252,7 +255,8 @@ def run(a):
 def boot_key(spec):
     """What scenarios sharing a boot must have in common: one export and one agent serve them
     all, and the overhead mode runs its own agents."""
-    return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec["compare_agent"])
+    return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec["compare_agent"],
+            spec.get("doctor_load"))
 
 
 def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
