@@ -5,11 +5,15 @@ import os
 import sys
 
 from . import kernel
-from .probes import GROUPS, Filters, ebpf_text, runnable_groups
+from .probes import GROUPS, Filters, ebpf_text, load_falling_back, runnable_groups
+
+
+GROUP = "probe group "
 
 
 def checks() -> list[tuple[str, str | None, str]]:
-    """(name, reason it cannot run or None, what it gives)."""
+    """(name, reason it cannot run or None, what it gives, and in place of what it read first
+    what this kernel gives)."""
     tracefs = kernel.ensure_tracefs()
     out = [
         ("root", None if os.geteuid() == 0 else "not root: BPF needs CAP_BPF and CAP_PERFMON (use sudo)",
@@ -26,12 +30,28 @@ def checks() -> list[tuple[str, str | None, str]]:
                 f"kernel headers: {os.path.realpath(headers)} is not this kernel's own tree (a fallback): "
                 f"fine for tracepoint programs, kprobes walking structs would read garbage")
     out.append(("headers", hdr_reason, hdr_what))
-    for group in GROUPS:
-        out.append((f"probe group {group.name}", group().can_run(), group.description))
+    for make in GROUPS:
+        group = make()
+        reason = group.can_run()
+        notes = [] if reason else group.fallbacks()
+        fell_back = f"; fell back: {'; '.join(notes)}" if notes else ""
+        out.append((f"{GROUP}{group.name}", reason, group.description + fell_back))
     return out
 
 
-def run_doctor(ebpf: bool = False) -> int:
+def load_check(results: list[tuple[str, str | None, str]]) -> list[tuple[str, str | None, str]]:
+    """The groups that can run, compiled and loaded as `record` would (falling back as it does),
+    then unloaded: whether BCC compiles against this kernel's headers only a compile tells
+    (a kernel newer than BCC breaks the kprobe groups, which include them). -> results with each
+    group that failed to load given its reason."""
+    groups, skipped = runnable_groups()
+    if groups:
+        load_falling_back(groups, Filters(), skipped, lambda _: None)[0].close()
+    return [(name, skipped.get(name.removeprefix(GROUP), reason) if name.startswith(GROUP) else reason, what)
+            for name, reason, what in results]
+
+
+def run_doctor(ebpf: bool = False, load: bool = False) -> int:
     if ebpf:
         groups, skipped = runnable_groups()
         if not groups:
@@ -41,6 +61,8 @@ def run_doctor(ebpf: bool = False) -> int:
         print(ebpf_text(groups, Filters(), skipped), end="")
         return 0
     results = checks()
+    if load and not any(reason for name, reason, _ in results if name in ("root", "bcc")):
+        results = load_check(results)
     width = max(len(name) for name, _, _ in results)
     for name, reason, what in results:
         state = "ok " if reason is None else "NO "

@@ -6,6 +6,7 @@ import errno
 import functools
 import os
 import platform
+import re
 import subprocess
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
@@ -31,6 +32,26 @@ def ensure_tracefs() -> str | None:
 def tracepoint_exists(category: str, event: str) -> bool:
     base = tracefs()
     return bool(base) and os.path.isdir(os.path.join(base, "events", category, event))
+
+
+@functools.cache   # a format file does not change while the module stays loaded
+def tracepoint_fields(category: str, event: str) -> dict[str, str]:
+    """The tracepoint's fields as BCC will see them: name -> C type, from its format file
+    (empty if there is none). Kernels rename fields (nfs_writeback_done's `status` became
+    `error` in 5.11) and change their types (an enum the program must then define)."""
+    try:
+        with open(os.path.join(tracefs() or "", "events", category, event, "format")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    fields = {}
+    for line in lines:
+        decl = line.strip().partition(";")[0]
+        if not decl.startswith("field:"):
+            continue
+        ctype, _, name = decl.removeprefix("field:").rpartition(" ")
+        fields[name.split("[")[0]] = ctype
+    return fields
 
 
 # bpf(2)'s number where it differs between architectures (the agent needs no bcc for this)
@@ -138,18 +159,41 @@ def missing_kprobe_functions(names: tuple[str, ...]) -> list[str]:
 OPAQUE_BPF_STRUCTS = ("bpf_wq", "bpf_rb_root", "bpf_rb_node", "bpf_refcount")
 
 
+def header_text(path: str) -> str | None:
+    """A header of the running kernel's tree (path under include/): Debian keeps the arch
+    build tree and the common source tree apart."""
+    release = os.uname().release
+    for tree in (f"/lib/modules/{release}/build", f"/lib/modules/{release}/source"):
+        try:
+            with open(os.path.join(tree, "include", path)) as f:
+                return f.read()
+        except OSError:
+            continue
+    return None
+
+
+def struct_has_member(header: str, struct: str, member: str) -> bool | None:
+    """Whether the running kernel's headers give `struct` a member `member` (at its top
+    level); None when the header or the struct is not there. Members come and go between
+    versions (rpc_xprt.id arrived in 5.15): look before compiling a program that reads one."""
+    text = header_text(header)
+    start = text.find(f"struct {struct} {{") if text else -1
+    if start < 0:
+        return None
+    depth, top = 0, []
+    for ch in text[start:]:
+        depth += (ch == "{") - (ch == "}")
+        if depth == 1:
+            top.append(ch)
+        if depth == 0 and top:
+            break
+    return re.search(rf"[\s*]{re.escape(member)}\s*(\[[^]]*\])?\s*;", "".join(top)) is not None
+
+
 def bpf_structs_bcc_lacks() -> list[str]:
     """Which OPAQUE_BPF_STRUCTS the kernel headers use and the loaded libbcc lacks (its
     compat headers are strings inside the library). Call with bcc imported."""
-    release = os.uname().release
-    used = ""
-    for tree in (f"/lib/modules/{release}/build", f"/lib/modules/{release}/source"):
-        try:
-            with open(os.path.join(tree, "include", "linux", "bpf.h")) as f:
-                used = f.read()
-            break
-        except OSError:
-            continue
+    used = header_text(os.path.join("linux", "bpf.h")) or ""
     try:
         with open("/proc/self/maps") as f:
             libs = {line.split()[-1] for line in f if "/libbcc.so" in line}

@@ -94,6 +94,12 @@ def _kallsyms(names: set[str]) -> dict[str, int]:
     return found
 
 
+# Types some kernels give a tracepoint field that BCC's struct for its arguments names without
+# defining: the kernel header that defines each, included before the group's program
+# (5.10's nfs:* `stable` is an enum nfs3_stable_how; later kernels' an unsigned long).
+FIELD_TYPE_HEADERS = {"enum nfs3_stable_how": "linux/nfs.h"}
+
+
 def _missing_tracepoints(required: list[tuple[str, str]]) -> str | None:
     missing = [f"{c}:{e}" for c, e in required if not kernel.tracepoint_exists(c, e)]
     return f"no {', '.join(missing)} tracepoint" + ("s" if len(missing) > 1 else "") if missing else None
@@ -132,19 +138,49 @@ class ProbeGroup:
     rings: dict[str, tuple[Layout, int]] = {}  # ring -> (layout, pages, a power of two)
     streams: tuple[Stream, ...] = ()
     needs = ""                               # the group this one loads with, if any
+    required: list[tuple[str, str]] = []
     optional_tracepoints: tuple[tuple[str, str], ...] = ()
+    # (category, event, names): a field the program reads as args->EVENT_NAME (upper case, the
+    # first name), which some kernels call by one of the other names. Found at run time in the
+    # format file, as BCC's tools look before they attach.
+    field_variants: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     def can_run(self) -> str | None:
         raise NotImplementedError
+
+    def tracepoints(self) -> list[tuple[str, str]]:
+        return [*self.required, *(tp for tp in self.optional_tracepoints if kernel.tracepoint_exists(*tp))]
+
+    def _fields_found(self) -> list[tuple[str, str, tuple[str, ...], str | None]]:
+        """Each field variant of a tracepoint this kernel has: (category, event, names, the name
+        found or None)."""
+        tracepoints = set(self.tracepoints())
+        return [(cat, ev, names, next((n for n in names if n in kernel.tracepoint_fields(cat, ev)), None))
+                for cat, ev, names in self.field_variants if (cat, ev) in tracepoints]
+
+    def missing_fields(self) -> str | None:
+        missing = [f"{cat}:{ev} has no field {' or '.join(names)}"
+                   for cat, ev, names, found in self._fields_found() if found is None]
+        return "; ".join(missing) or None
+
+    def fallbacks(self) -> list[str]:
+        """What this kernel gives in place of what the group reads first (said once, in meta.json
+        and by doctor)."""
+        return [f"{cat}:{ev}: field `{found}` read for `{names[0]}`"
+                for cat, ev, names, found in self._fields_found() if found not in (None, names[0])]
 
     def cflags(self, filters: Filters) -> list[str]:
         flags = [f"-D{ring.upper()}_{name}={value}" for ring, (layout, pages) in self.rings.items()
                  for name, value in (("PAGES", pages), ("WAKE", wake_every(layout, pages)))]
         flags += [f"-DHAVE_{ev}" for cat, ev in self.optional_tracepoints if kernel.tracepoint_exists(cat, ev)]
+        flags += [f"-D{ev.upper()}_{names[0].upper()}={found}" for _, ev, names, found in self._fields_found()
+                  if found]
         return flags
 
     def program_text(self) -> str:
-        return resources.files("slotscope.bpf").joinpath(self.source).read_text()
+        types = {t for tp in self.tracepoints() for t in kernel.tracepoint_fields(*tp).values()}
+        includes = "".join(f"#include <{h}>\n" for t, h in FIELD_TYPE_HEADERS.items() if t in types)
+        return includes + resources.files("slotscope.bpf").joinpath(self.source).read_text()
 
 
 # The rings whose records a syscall record refers to: its paths, the forks and execs before it.
@@ -219,7 +255,8 @@ class SunrpcProbes(ProbeGroup):
     optional_tracepoints = (("sunrpc", "xprt_retransmit"), ("sunrpc", "rpc_timeout_status"))
 
     def can_run(self) -> str | None:
-        return common_reason() or module_reason("sunrpc", "sunrpc") or _missing_tracepoints(self.required)
+        return (common_reason() or module_reason("sunrpc", "sunrpc") or _missing_tracepoints(self.required)
+                or self.missing_fields())
 
     def cflags(self, filters: Filters) -> list[str]:
         flags = super().cflags(filters)
@@ -240,9 +277,13 @@ class NfsProbes(ProbeGroup):
     optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"),
                             ("nfs", "nfs_fsync_enter"), ("nfs", "nfs_writeback_inode_enter"),
                             ("nfs", "nfs_getattr_enter"))
+    # The RPC status of a completion: `status` up to 5.10, `error` from 5.11.
+    field_variants = tuple(("nfs", ev, ("error", "status"))
+                           for ev in ("nfs_writeback_done", "nfs_commit_done", "nfs_readpage_done"))
 
     def can_run(self) -> str | None:
-        return common_reason() or module_reason("nfs", "nfs") or _missing_tracepoints(self.required)
+        return (common_reason() or module_reason("nfs", "nfs") or _missing_tracepoints(self.required)
+                or self.missing_fields())
 
 
 class KprobeGroup(ProbeGroup):
@@ -250,6 +291,17 @@ class KprobeGroup(ProbeGroup):
     running kernel's own headers."""
     module = ""                              # whose tracepoints say the module is there
     functions: tuple[str, ...] = ()
+    # (header, struct, member, what the program does without it): -DHAVE_<STRUCT>_<MEMBER>
+    # where the running kernel's headers have it
+    optional_members: tuple[tuple[str, str, str, str], ...] = ()
+
+    def _members(self) -> list[tuple[str, str, str, bool]]:
+        return [(struct, member, without, bool(kernel.struct_has_member(header, struct, member)))
+                for header, struct, member, without in self.optional_members]
+
+    def fallbacks(self) -> list[str]:
+        return super().fallbacks() + [f"struct {struct} has no `{member}`: {without}"
+                                      for struct, member, without, has in self._members() if not has]
 
     def can_run(self) -> str | None:
         reason = common_reason() or module_reason(self.module, self.module)
@@ -266,7 +318,8 @@ class KprobeGroup(ProbeGroup):
         return None
 
     def cflags(self, filters: Filters) -> list[str]:
-        return super().cflags(filters) + [f"-DOPAQUE_{name.upper()}" for name in kernel.bpf_structs_bcc_lacks()]
+        return (super().cflags(filters) + [f"-DOPAQUE_{name.upper()}" for name in kernel.bpf_structs_bcc_lacks()]
+                + [f"-DHAVE_{struct.upper()}_{member.upper()}" for struct, member, _, has in self._members() if has])
 
 
 class OwnerProbes(KprobeGroup):
@@ -291,6 +344,9 @@ class XprtProbes(KprobeGroup):
     needs = "sunrpc"
     module = "sunrpc"
     functions = ("xprt_reserve", "xprt_free_slot")
+    optional_members = (("linux/sunrpc/xprt.h", "rpc_xprt", "id",
+                         "a transport is named by its address instead (no rpc_xprt.id before 5.15): its rows "
+                         "are told apart, but not matched with /sys/kernel/sunrpc's xprt-ID"),)
 
 
 # Every probe group, the syscall group (which every recording needs) first.
@@ -359,6 +415,27 @@ def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
             os.close(fd)
     release_compiler()
     return loaded
+
+
+def load_falling_back(groups: list[ProbeGroup], filters: Filters, skipped: dict[str, str],
+                      say: Callable[[str], None]) -> tuple["Loaded", list[ProbeGroup]]:
+    """Load the groups; when that fails, retry without the kprobe groups (they read struct
+    fields through the kernel's headers, the likeliest to break with a kernel newer than BCC),
+    then with syscalls alone: the optional groups must not cost the syscall view. The groups
+    dropped go into `skipped` with why. -> (the program, the groups in it)."""
+    attempts = []
+    for attempt in (groups, [g for g in groups if not isinstance(g, KprobeGroup)], groups[:1]):
+        if attempt not in attempts:
+            attempts.append(attempt)
+    for attempt, fallback in zip(attempts, attempts[1:]):
+        try:
+            return load(attempt, filters), attempt
+        except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
+            dropped = [g for g in attempt if g not in fallback]
+            for g in dropped:
+                skipped[g.name] = f"failed to load: {exc}"
+            say(f"the probes failed to load ({exc}); retrying without {', '.join(g.name for g in dropped)}")
+    return load(attempts[-1], filters), attempts[-1]
 
 
 class Loaded:

@@ -11,7 +11,7 @@ import os
 from .decode import Decoder
 from .files import FileRegistry, mount_tables, traced_devs
 from .layouts import LOSS_COUNTERS, warm_up
-from .probes import DRAIN_EVERY, Filters, KprobeGroup, SyscallProbes, ebpf_text, load, runnable_groups
+from .probes import DRAIN_EVERY, Filters, SyscallProbes, ebpf_text, load_falling_back, runnable_groups
 from .recording import QUIT, RecordError, RecordOptions, Recording, _filter_warnings, _monotonic_ns, empty
 from .rpc_rows import ClientNames, rpc_table
 
@@ -58,15 +58,19 @@ class Recorder(Recording):
 
     def _attach(self) -> None:
         filters = Filters(tgids=self.tgids, cgroup=self.opts.cgroup, devs=self.devs)
-        self.loaded, groups = self._load(self.groups, filters, self.skipped)
+        self.loaded, groups = load_falling_back(self.groups, filters, self.skipped, self._say)
         self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}
+        # What this kernel gave in place of what a group reads first: said once, kept in meta.json.
+        self.fell_back = {g.name: g.fallbacks() for g in groups if g.fallbacks()}
+        for name, notes in self.fell_back.items():
+            self._say(f"probe group {name} fell back: {'; '.join(notes)}", always=True)
         self.streams = [stream for g in groups for stream in g.streams]
 
     def _wake_on(self, fd: int) -> None:
         self.loaded.wake_on(fd)
 
     def _probes_meta(self) -> dict:
-        return {"attached": dict(self.attached), "skipped": dict(self.skipped)}
+        return {"attached": dict(self.attached), "skipped": dict(self.skipped), "fell_back": dict(self.fell_back)}
 
     def _capture_started(self) -> None:
         """The files and processes learnt afresh (from /proc for those already running)."""
@@ -144,24 +148,6 @@ class Recorder(Recording):
         rate = (self.events - self._status_events) / elapsed
         self._status_events = self.events
         return f"{rate / 1000:.1f}k events/s, {sum(self._loss_seen.values())} lost"
-
-    def _load(self, groups: list, filters: Filters, skipped: dict) -> tuple:
-        """Load the groups; when that fails, retry without the kprobe groups (they read struct
-        fields, the likeliest to break on an unusual kernel), then with syscalls alone: the
-        optional groups must not cost the syscall view."""
-        attempts = []
-        for attempt in (groups, [g for g in groups if not isinstance(g, KprobeGroup)], groups[:1]):
-            if attempt not in attempts:
-                attempts.append(attempt)
-        for attempt, fallback in zip(attempts, attempts[1:]):
-            try:
-                return load(attempt, filters), attempt
-            except Exception as exc:  # BCC reports compile and attach errors as plain exceptions
-                dropped = [g for g in attempt if g not in fallback]
-                for g in dropped:
-                    skipped[g.name] = f"failed to load: {exc}"
-                self._say(f"the probes failed to load ({exc}); retrying without {', '.join(g.name for g in dropped)}")
-        return load(attempts[-1], filters), attempts[-1]
 
     # ---- the drain ----
     def _drain(self) -> None:

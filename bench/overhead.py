@@ -51,6 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 VM_DIR = REPO / "tests" / "vm"
 sys.path.insert(0, str(VM_DIR))
+from vmrig.image import KERNELS  # noqa: E402
 from vmrig.scenario import compare_rounds  # noqa: E402
 from vmrig.scenarios import NAMED  # noqa: E402
 
@@ -212,7 +213,7 @@ def main() -> int:
                     help="agent blocks, each after a baseline block (and one more baseline block at the end)")
     ap.add_argument("--repeat", type=int, default=1, help="rounds per block")
     ap.add_argument("--file-mb", type=float, default=0.5, help="MiB each rank writes per round")
-    ap.add_argument("--kernel", choices=("6.1", "6.12"), default="6.1")
+    ap.add_argument("--kernel", choices=tuple(KERNELS), default="6.1")
     ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record`")
     ap.add_argument("--clock", choices=("icount", "wall"), default="icount",
                     help="the guest's clock under TCG: instruction counting on one vCPU (default), or the "

@@ -77,7 +77,7 @@ TRACEPOINT_PROBE(nfs, nfs_writeback_done)
         return 0;
     e->count = args->arg_count;
     e->res_count = args->res_count;
-    e->status = args->error;
+    e->status = args->NFS_WRITEBACK_DONE_ERROR;  /* error, or status (probes.py field_variants) */
     e->stable = args->stable;
     __builtin_memcpy(&e->verifier, args->verifier, 8);
     nfs_submit(e);
@@ -89,7 +89,7 @@ TRACEPOINT_PROBE(nfs, nfs_commit_done)
     struct nfs_event *e = nfs_reserve(NFS_COMMIT_DONE, args->dev, args->fileid, args->offset);
     if (!e)
         return 0;
-    e->status = args->error;
+    e->status = args->NFS_COMMIT_DONE_ERROR;
     e->stable = args->stable;
     __builtin_memcpy(&e->verifier, args->verifier, 8);
     nfs_submit(e);
@@ -104,7 +104,7 @@ TRACEPOINT_PROBE(nfs, nfs_readpage_done)
         return 0;
     e->count = args->arg_count;
     e->res_count = args->res_count;
-    e->status = args->error;
+    e->status = args->NFS_READPAGE_DONE_ERROR;
     nfs_submit(e);
     return 0;
 }

@@ -24,6 +24,19 @@ BPF_RINGBUF_OUTPUT(xprt_ring, XPRT_RING_PAGES);
         dst = q;                                                           \
     } while (0)
 
+/* The kernel's transport id (5.15+); before it, bits of the transport's address: unique
+ * while it lives (probes.py XprtProbes.optional_members). */
+static __always_inline u32 xprt_ident(struct rpc_xprt *xprt)
+{
+#ifdef HAVE_RPC_XPRT_ID
+    u32 id = 0;
+    bpf_probe_read_kernel(&id, sizeof(id), &xprt->id);
+    return id;
+#else
+    return ((u64)xprt >> 6) & 0x7fffffff;
+#endif
+}
+
 static __always_inline u32 task_client_id(struct rpc_task *task)
 {
     struct rpc_clnt *clnt = 0;
@@ -44,7 +57,7 @@ static __always_inline void xprt_sample(struct rpc_xprt *xprt, u32 client_id, u8
     e->ts = bpf_ktime_get_ns();
     e->client_id = client_id;
     e->alloc = alloc;
-    bpf_probe_read_kernel(&e->xprt_id, sizeof(e->xprt_id), &xprt->id);
+    e->xprt_id = xprt_ident(xprt);
     bpf_probe_read_kernel(&e->num_reqs, sizeof(e->num_reqs), &xprt->num_reqs);
     bpf_probe_read_kernel(&e->max_reqs, sizeof(e->max_reqs), &xprt->max_reqs);
     bpf_probe_read_kernel(&e->min_reqs, sizeof(e->min_reqs), &xprt->min_reqs);
@@ -67,7 +80,7 @@ int kprobe__xprt_reserve(struct pt_regs *ctx, struct rpc_task *task)
     bpf_probe_read_kernel(&task_id, sizeof(task_id), &task->tk_pid);
     struct rpc_task_state *st = rpc_state(client_id, task_id);
     if (st)
-        bpf_probe_read_kernel(&st->ev.xprt_id, sizeof(st->ev.xprt_id), &xprt->id);
+        st->ev.xprt_id = xprt_ident(xprt);
     xprt_sample(xprt, client_id, 1);
     return 0;
 }

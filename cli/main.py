@@ -55,7 +55,7 @@ def _record(args) -> int:
 
 def _doctor(args) -> int:
     from slotscope.agent.doctor import run_doctor
-    return run_doctor(ebpf=args.ebpf)
+    return run_doctor(ebpf=args.ebpf, load=args.load)
 
 
 def _open_job(paths):
@@ -321,6 +321,9 @@ def parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="what this machine can trace, and why not")
     d.add_argument("--ebpf", action="store_true", help="print the BPF C program of every probe group that can "
                                                        "run here (with its -D flags as #defines), and exit")
+    d.add_argument("--load", action="store_true", help="also compile and load the probe groups that can run, as "
+                                                       "record would, then unload them: only a compile tells whether "
+                                                       "BCC and this kernel's headers agree (as long as record's start)")
     d.set_defaults(func=_doctor)
 
     r = sub.add_parser("record", help="trace and write a capture (root; without it, sampled from /proc)",

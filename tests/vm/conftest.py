@@ -21,7 +21,7 @@ import pytest
 
 VM_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(VM_DIR))
-from vmrig.image import ensure_image  # noqa: E402
+from vmrig.image import KERNELS, ensure_image  # noqa: E402
 from vmrig.scenario import expected_bytes, parser, run_many, source_key, spec_of  # noqa: E402
 from vmrig.scenarios import NAMED  # noqa: E402
 
@@ -144,10 +144,14 @@ def pytest_terminal_summary(terminalreporter):
 
 def _named(name, kernels=("6.1",)):
     """A session fixture giving the named scenario's results, once per kernel (tests using it
-    run on each)."""
+    run on each). A real-client scenario skips on a kernel whose image has no clients (no CPU
+    build of torch for its Python)."""
     @pytest.fixture(scope="session", name=name, params=kernels)
     def fixture(request, vm_image, tmp_path_factory):
         key = (name, request.param)
+        missing = _spec(name, "x")["clients"] and ensure_image(kernel=request.param).manifest["clients"].get("missing")
+        if missing:
+            pytest.skip(f"no real checkpoint clients in the image of kernel {request.param}: {missing}")
         if key not in RESULTS:
             _run_boots(key, tmp_path_factory)
         result = RESULTS[key]
@@ -158,8 +162,20 @@ def _named(name, kernels=("6.1",)):
     return fixture
 
 
-# The agent's probes on both kernels of the rig; the analyzer's causes on 6.1.
-BOTH = ("6.1", "6.12")
+def _kernels():
+    """The kernels the probe scenarios run on: SLOTSCOPE_VM_KERNELS, comma-separated (any of
+    vmrig/image.py KERNELS), default 6.1 and 6.12 (README.md, "The plan": a kernel costs a boot
+    per clock)."""
+    chosen = tuple(k for k in os.environ.get("SLOTSCOPE_VM_KERNELS", "6.1,6.12").split(",") if k)
+    unknown = [k for k in chosen if k not in KERNELS]
+    if unknown:
+        raise pytest.UsageError(f"SLOTSCOPE_VM_KERNELS: unknown kernel {', '.join(unknown)} "
+                                f"(known: {', '.join(KERNELS)})")
+    return chosen
+
+
+# The agent's probes on the chosen kernels (default 6.1 and 6.12); the analyzer's causes on 6.1.
+BOTH = _kernels()
 mixed = _named("mixed", BOTH)
 saturated = _named("saturated", BOTH)
 saturated_v42 = _named("saturated_v42", BOTH)

@@ -141,6 +141,16 @@ def load_modules(spec):
         sh("modprobe", m)
 
 
+@timed("doctor")
+def doctor(spec):
+    """`slotscope doctor` once the modules are in, as a user runs it before recording (with
+    --load if the boot's first scenario asks): what it says goes to doctor.txt with its exit
+    status (its verdict, not a failure of the boot)."""
+    p = subprocess.run(["slotscope", "doctor", *(["--load"] if spec.get("doctor_load") else [])], check=False, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    (RESULTS / "doctor.txt").write_text(f"{p.stdout}exit status {p.returncode}\n")
+
+
 def set_slots(spec):
     """The slot limit differs by protocol: NFSv3 uses the sunrpc TCP slot table,
     NFSv4.1+ ignores it and is limited by the session's fore channel slots. Both must
@@ -780,8 +790,9 @@ def run_one(spec, agent):
         result["guest_step_seconds"] = dict(timings)
         (OUT / "guest.json").write_text(json.dumps(result, indent=2) + "\n")
         (OUT / "dmesg.txt").write_text(subprocess.run(["dmesg"], check=False, capture_output=True, text=True).stdout)
-        if (RESULTS / "agent.log").exists():
-            shutil.copy(RESULTS / "agent.log", OUT / "agent.log")
+        for f in ("agent.log", "doctor.txt"):
+            if (RESULTS / f).exists():
+                shutil.copy(RESULTS / f, OUT / f)
     return agent
 
 
@@ -797,6 +808,7 @@ def main():
     try:
         install_project()
         load_modules(spec)
+        doctor(spec)
         tunables = read_tunables()
         make_link(spec)
         if node_of(spec) > 1:

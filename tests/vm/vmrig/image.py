@@ -1,10 +1,12 @@
-"""Build and cache the VM image: Debian bookworm with stock kernels, NFS, BCC, and a
-venv with the project's dependencies.
+"""Build and cache the VM images: a Debian root with stock kernels, NFS, BCC, and a
+venv with the project's dependencies. A kernel whose headers need a newer toolchain
+than the bookworm root has (7.3's: trixie's gcc-14, libelf1t64) lives in a root of its
+own release (ROOTS); each root is an image of its own.
 
-The cache entry lives under CACHE_ROOT/<key>, where the key hashes every input of the
-build (this file, the boot files baked into the image, the project's declared
-dependencies), so changing any of them builds a new entry. The project itself is not
-in the image: each VM run installs it from a 9p share.
+A cache entry lives under CACHE_ROOT/<key>, where the key hashes every input of the
+build (the root's name, this file, the boot files baked into the image, the project's
+declared dependencies), so changing any of them builds a new entry. The project itself
+is not in the image: each VM run installs it from a 9p share.
 """
 
 import fcntl
@@ -36,12 +38,35 @@ PACKAGES = [
     "python3-bpfcc", "bpfcc-tools", "iproute2", "kmod", "procps", "util-linux",
     "ca-certificates", "busybox-static",
 ]
-# kernel name -> the suite whose linux-image-amd64 metapackage picks the ABI. 6.1's
-# headers exist only in bookworm-security; 6.12 comes from bookworm-backports.
-KERNELS = {"6.1": "bookworm-security", "6.12": "bookworm-backports"}
-# Modules the initramfs needs to reach the root disk (modprobe adds their dependencies;
-# crc32c_generic is only a soft dependency of ext4, so it is named).
-INITRD_MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4"]
+
+
+@dataclass(frozen=True)
+class Root:
+    """One image: a Debian release's root filesystem and the kernels booted on it, each
+    kernel name -> the suite whose linux-image-amd64 metapackage picks its ABI. A suite
+    of another release (bullseye-security in bookworm) is pinned low: only what nothing
+    of the root's own release provides comes from it (5.10's headers want bullseye's
+    gcc-10 package)."""
+    release: str
+    python: str                 # its python3's version, for the CPU torch wheel
+    kernels: dict
+
+
+ROOTS = {
+    # 5.10's headers exist in bullseye-security, 6.1's only in bookworm-security; 6.12 comes
+    # from bookworm-backports.
+    "bookworm": Root("bookworm", "3.11", {"5.10": "bullseye-security", "6.1": "bookworm-security",
+                                          "6.12": "bookworm-backports"}),
+    # 7.3's headers depend on trixie's gcc-14, libelf1t64 and libssl3t64, which replace
+    # bookworm's libraries: a root of trixie's own.
+    "trixie": Root("trixie", "3.13", {"7.3": "trixie-backports"}),
+}
+KERNELS = {kernel: name for name, root in ROOTS.items() for kernel in root.kernels}   # kernel -> its root
+# Modules the initramfs needs to reach the root disk (modprobe adds their dependencies).
+INITRD_MODULES = ["virtio_pci", "virtio_blk", "ext4"]
+# ext4's crc32c, a soft dependency that modprobe does not follow, up to 6.x; 7.x has no
+# crc32c_generic (its ext4 pulls crc32c-cryptoapi in itself): named where the kernel has it.
+INITRD_SOFT_MODULES = ["crc32c_generic"]
 FREE_SPACE = 3 << 30  # room in the root filesystem for exported files and captures
 
 
@@ -80,8 +105,8 @@ def project_dependencies(extra="test"):
     return sorted(meta.get("dependencies", []) + extras.get(extra, []))
 
 
-def cache_key():
-    h = hashlib.sha256()
+def cache_key(root):
+    h = hashlib.sha256(root.encode() + b"\0")
     for f in [Path(__file__), *sorted(BOOTFILES.iterdir())]:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     h.update(json.dumps([project_dependencies(), project_dependencies("clients")]).encode())
@@ -165,16 +190,30 @@ class Steps:
         return out
 
 
-def build(stage):
-    """Build every artifact into the directory stage; return the manifest."""
-    root = stage / "rootfs"
+def write_apt_sources(root, release, kernels):
+    """The release's suites, and those of another release a kernel comes from, pinned below
+    the release's own (apt_preferences: 100, as backports are)."""
     mirror, security = apt_sources()
+    releases = [release, *sorted({suite.split("-")[0] for suite in kernels.values()} - {release})]
+    lines = []
+    for r in releases:
+        lines += [f"deb {mirror} {r} main", f"deb {mirror} {r}-updates main", f"deb {security} {r}-security main"]
+    lines.append(f"deb {mirror} {release}-backports main")
+    (root / "etc/apt/sources.list").write_text("\n".join(lines) + "\n")
+    (root / "etc/apt/preferences.d/other-releases").write_text("".join(
+        f"Package: *\nPin: release n={r}{suffix}\nPin-Priority: 100\n\n"
+        for r in releases[1:] for suffix in ("", "-updates", "-security")))
+
+
+def build(stage, name):
+    """Build every artifact of root `name` into the directory stage; return the manifest."""
+    spec = ROOTS[name]
+    root = stage / "rootfs"
+    mirror, _ = apt_sources()
     step = Steps()
     step("debootstrap", run, ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES),
-                              "bookworm", root, mirror])
-    (root / "etc/apt/sources.list").write_text(
-        f"deb {mirror} bookworm main\ndeb {mirror} bookworm-updates main\n"
-        f"deb {security} bookworm-security main\ndeb {mirror} bookworm-backports main\n")
+                              spec.release, root, mirror])
+    write_apt_sources(root, spec.release, spec.kernels)
     # pip in the chroot must trust the same CAs as the host (TLS is intercepted here).
     shutil.copy("/etc/ssl/certs/ca-certificates.crt", root / "etc/ssl/certs/ca-certificates.crt")
     kernels = {}
@@ -183,10 +222,10 @@ def build(stage):
         # A kernel package would build an initramfs nobody uses (make_initrd makes ours).
         ch("dpkg-divert", "--local", "--rename", "--add", "/usr/sbin/update-initramfs")
         ch("ln", "-s", "/bin/true", "/usr/sbin/update-initramfs")
-        for name, suite in KERNELS.items():
-            kernels[name] = step(f"kernel {name}", install_kernel, ch, stage, suite)
+        for kernel, suite in spec.kernels.items():
+            kernels[kernel] = step(f"kernel {kernel}", install_kernel, ch, stage, spec.release, suite)
         step("python venv", make_venv, ch)
-        clients = step("checkpoint clients", install_clients, ch, stage)
+        clients = step("checkpoint clients", install_clients, ch, spec.python)
         ch("apt-get", "clean")
     shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
     shutil.copy(BOOTFILES / "vminit", root / "sbin/vminit")
@@ -194,16 +233,16 @@ def build(stage):
     # as Debian's installer writes it: torchrun and gloo look their host name up, and an
     # unresolvable one costs a resolver timeout per lookup
     (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n127.0.1.1\tvm\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-    for name, k in kernels.items():
-        step(f"initramfs {name}", make_initrd, root, stage, name, k["abi"])
+    for kernel, k in kernels.items():
+        step(f"initramfs {kernel}", make_initrd, root, stage, kernel, k["abi"])
     step("ext4 image", make_rootfs_image, root, stage / "rootfs.img")
     remove_tree(root)
-    return {"kernels": kernels, "dependencies": project_dependencies(), "clients": clients,
+    return {"root": name, "release": spec.release, "kernels": kernels, "dependencies": project_dependencies(), "clients": clients,
             "step_seconds": step.times,
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def install_kernel(ch, stage, suite):
+def install_kernel(ch, stage, release, suite):
     """The kernel the suite's linux-image-amd64 points at, and its headers (BCC
     compiles against them)."""
     deps = ch("apt-cache", "-t", suite, "depends", "linux-image-amd64")
@@ -211,7 +250,12 @@ def install_kernel(ch, stage, suite):
                 if "Depends: linux-image-" in line), None)
     if not abi:
         raise BuildError(f"cannot resolve linux-image-amd64 in {suite}:\n{deps}")
-    ch("apt-get", "install", "-y", "-q", "--no-install-recommends", f"linux-image-{abi}", f"linux-headers-{abi}")
+    # A suite of the root's own release is the target release: a backports kernel wants its
+    # suite's newer linux-base, which backports (NotAutomatic) never give otherwise. Another
+    # release's suite is not (its pin keeps it below the root's own packages).
+    target = ["-t", suite] if suite.startswith(release) else []
+    ch("apt-get", "install", "-y", "-q", "--no-install-recommends", *target, f"linux-image-{abi}",
+       f"linux-headers-{abi}")
     vmlinuz = f"vmlinuz-{abi}"
     shutil.copy(ch.root / "boot" / vmlinuz, stage / vmlinuz)
     return {"abi": abi, "suite": suite, "vmlinuz": vmlinuz, "initrd": f"initrd-{abi}.img"}
@@ -226,7 +270,7 @@ def make_venv(ch):
     ch(f"{VENV}/bin/python", "-c", "import bcc, pyarrow, numpy, pyroute2, textual, pytest")
 
 
-def install_clients(ch, stage):
+def install_clients(ch, python):
     """The real checkpoint clients (pyproject's `clients` extra) into the venv. The index's
     default torch is the CUDA build (5.5 GB with its nvidia wheels); the CPU build pinned there
     is one 192 MB wheel, which the host's pip finds (its settings say where) and the image's,
@@ -236,7 +280,7 @@ def install_clients(ch, stage):
     wheels = ch.root / "tmp/wheels"
     wheels.mkdir()
     p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
+                        "--python-version", python, "--platform", "manylinux_2_28_x86_64",
                         "-d", wheels, torch], check=False, capture_output=True, text=True)
     found = sorted(wheels.glob("torch-*.whl"))
     if p.returncode != 0 or not found:
@@ -251,13 +295,28 @@ def install_clients(ch, stage):
     return {"torch": torch_version, "safetensors": st_version}
 
 
+# Compressed modules (Debian's kernels since 6.x: .ko.xz; others .ko.zst) -> the plain .ko.
+DECOMPRESS = {".xz": lzma.decompress,
+              ".zst": lambda data: run_bytes(["zstd", "-dc"], data)}
+
+
+def run_bytes(cmd, data):
+    p = subprocess.run(cmd, input=data, capture_output=True, check=False)
+    if p.returncode != 0:
+        raise BuildError(f"command failed ({p.returncode}): {' '.join(cmd)}: {p.stderr.decode(errors='replace')}")
+    return p.stdout
+
+
 def make_initrd(root, stage, name, abi):
     tree = stage / f"initrd-{name}"
     (tree / "bin").mkdir(parents=True)
     (tree / "mods").mkdir()
     shutil.copy(root / "bin/busybox", tree / "bin/busybox")  # busybox-static
     shutil.copy(BOOTFILES / "initrd-init", tree / "init")
-    show = run(["chroot", root, "modprobe", "-S", abi, "--show-depends", "-a", *INITRD_MODULES],
+    soft = [m for m in INITRD_SOFT_MODULES
+            if subprocess.run(["chroot", root, "modinfo", "-k", abi, "-n", m], env=Chroot.ENV, capture_output=True,
+                              check=False).returncode == 0]
+    show = run(["chroot", root, "modprobe", "-S", abi, "--show-depends", "-a", *INITRD_MODULES, *soft],
                env=Chroot.ENV)
     order = []
     for line in show.splitlines():
@@ -265,8 +324,8 @@ def make_initrd(root, stage, name, abi):
             continue  # "builtin ..." lines
         ko = Path(line.split()[1])
         data = (root / ko.relative_to("/")).read_bytes()
-        if ko.suffix == ".xz":  # busybox insmod cannot decompress
-            data, ko = lzma.decompress(data), ko.with_suffix("")
+        if ko.suffix in DECOMPRESS:  # busybox insmod cannot decompress
+            data, ko = DECOMPRESS[ko.suffix](data), ko.with_suffix("")
         if ko.name not in order:
             (tree / "mods" / ko.name).write_bytes(data)
             order.append(ko.name)
@@ -283,18 +342,30 @@ def make_rootfs_image(root, img):
     run(["mkfs.ext4", "-q", "-F", "-L", "vmroot", "-d", root, img])
 
 
-def prune(keep):
-    entries = sorted((p for p in CACHE_ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
+def prune(keep, name):
+    """Keep the KEEP_ENTRIES newest entries of root `name` (an entry from before ROOTS is a
+    bookworm one)."""
+    entries = sorted((p for p in CACHE_ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
+                      and _root_of(p) == name), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [e for e in entries if e != keep][KEEP_ENTRIES - 1:]:
         log(f"removing old image {old}")
         shutil.rmtree(old, ignore_errors=True)
 
 
-def ensure_image(rebuild=False):
-    """Return the cached image for the current inputs, building it if needed. A lock
-    serialises concurrent builds; a finished entry appears by an atomic rename."""
-    key = cache_key()
+def _root_of(entry):
+    try:
+        return json.loads((entry / "manifest.json").read_text()).get("root", "bookworm")
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_image(rebuild=False, kernel="6.1"):
+    """Return the cached image that boots `kernel` for the current inputs, building it if
+    needed. A lock serialises concurrent builds; a finished entry appears by an atomic rename."""
+    if kernel not in KERNELS:
+        raise BuildError(f"no image has kernel {kernel!r} (known: {', '.join(KERNELS)})")
+    name = KERNELS[kernel]
+    key = cache_key(name)
     final = CACHE_ROOT / key
     if final.is_dir() and not rebuild:
         return Image(final)
@@ -308,10 +379,10 @@ def ensure_image(rebuild=False):
             remove_tree(stale)
         stage = CACHE_ROOT / f".stage-{key}-{os.getpid()}"
         stage.mkdir()
-        log(f"building image {key} in {stage}")
+        log(f"building image {key} ({name}) in {stage}")
         t0 = time.monotonic()
         try:
-            manifest = build(stage)
+            manifest = build(stage, name)
             manifest["key"] = key
             manifest["build_seconds"] = round(time.monotonic() - t0, 1)
             (stage / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -322,5 +393,5 @@ def ensure_image(rebuild=False):
             remove_tree(stage)
             raise
         log(f"image {key} built in {manifest['build_seconds']} s: {final}")
-        prune(final)
+        prune(final, name)
         return Image(final)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from . import mountstats
-from .image import REPO, VM_DIR, BuildError, ensure_image
+from .image import KERNELS, REPO, VM_DIR, BuildError, ensure_image
 from .vm import Share, VMError, run_vm, stream_nic
 
 MODES = ("buffered", "fsync", "osync", "odirect")
@@ -62,7 +62,7 @@ def parser():
         prog="run-scenario",
         description="Run one NFS checkpoint-storm scenario in the qemu VM and collect its results.")
     ap.add_argument("--out", required=True, type=Path, help="results directory (created)")
-    ap.add_argument("--kernel", choices=("6.1", "6.12"), default="6.1")
+    ap.add_argument("--kernel", choices=tuple(KERNELS), default="6.1")
     ap.add_argument("--nfs-vers", choices=("3", "4.1", "4.2"), default="4.2")
     ap.add_argument("--nconnect", type=int, help="mount option nconnect (1-16)")
     ap.add_argument("--wsize", type=int, help="mount option wsize in bytes")
@@ -125,6 +125,9 @@ def parser():
                     help="under TCG, run the guest on an instruction-counting clock, one vCPU: each "
                          "emulated instruction is 2**SHIFT ns of guest time, so the host's speed and load do "
                          "not enter guest timings (bench/overhead.py; vmrig/vm.py icount_args)")
+    ap.add_argument("--doctor-load", action="store_true",
+                    help="the boot's `slotscope doctor` also compiles and loads the probes (--load): one more BPF "
+                         "compile per boot, the only check of BCC against the kernel's headers; doctor.txt")
     ap.add_argument("--agent-start-timeout", type=float, default=240,
                     help="seconds to wait for the agent's 'recording' line (BCC compiles slowly under TCG)")
     ap.add_argument("--agent-stop-timeout", type=float, default=120)
@@ -182,7 +185,7 @@ def spec_of(a):
         "rank_overrides": {str(r): f for r, f in a.rank_override},
         "freeze_at": a.server_freeze_at, "freeze_for": a.server_freeze_for,
         "agent": not a.no_agent, "agent_args": a.agent_args.split(), "agent_user": a.agent_user,
-        "nfsd_threads": a.nfsd_threads, "agent_start_timeout": a.agent_start_timeout,
+        "nfsd_threads": a.nfsd_threads, "doctor_load": a.doctor_load, "agent_start_timeout": a.agent_start_timeout,
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
         "compare_agent": a.compare_agent,
         "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,
@@ -281,7 +284,7 @@ def boot_key(spec):
     user) serve them all, and the overhead mode runs its own agents; a boot of two nodes is a
     pair of VMs."""
     return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec.get("agent_user"),
-            spec["compare_agent"], spec.get("nodes", 1))
+            spec["compare_agent"], spec.get("nodes", 1), spec.get("doctor_load"))
 
 
 def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
@@ -367,7 +370,7 @@ def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
     of VMs: node 2's results go to OUT/node2."""
     sources = source_key()  # before the run: the checkout may change meanwhile
     t0 = time.monotonic()
-    image = ensure_image()
+    image = ensure_image(kernel=kernel)
     image_seconds = round(time.monotonic() - t0, 1)
     for _, _, out in pending:
         out.mkdir(parents=True, exist_ok=True)
