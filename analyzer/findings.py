@@ -49,12 +49,13 @@ class Finding:
     syscalls: list = field(default_factory=list)
     servers: list = field(default_factory=list)
     explained_by: str | None = None     # the kind of the finding that causes this one
+    fixes: list = field(default_factory=list)     # the fix's changes with their predicted effect (whatif.py)
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "severity": self.severity, "summary": self.summary,
                 "start": iso_utc(self.start), "end": iso_utc(self.end), "evidence": self.evidence,
                 "ranks": self.ranks, "syscalls": self.syscalls, "servers": self.servers, "fix": self.fix,
-                "explained_by": self.explained_by}
+                "fixes": self.fixes, "explained_by": self.explained_by}
 
 
 @dataclass

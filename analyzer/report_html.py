@@ -15,7 +15,7 @@ from slotscope.capture.safepath import create_file
 
 from .job import Job, utc_ns
 from .losses import loss_when
-from . import evidence
+from . import evidence, whatif
 from .report_text import finding_when, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, pct, plural, rate, round_rate, seconds, size
@@ -110,8 +110,17 @@ def _finding(f: dict) -> str:
         "".join(_nested(k, v) for k, v in nested),
         f'<p class="who">{"; ".join(who)}</p>' if who else "",
         f'<p class="fix"><b>fix:</b> {_e(f["fix"])}</p>',
+        _predictions(f.get("fixes") or []),
         "</article>",
     ])
+
+
+def _predictions(fixes: list[dict]) -> str:
+    """The fix's changes with their predicted effect (whatif.py), one item each."""
+    if not fixes:
+        return ""
+    items = "".join(f'<li data-change="{_e(p["change"])}">{_e(whatif.line(p))}</li>' for p in fixes)
+    return f'<ul class="predictions"><b>predicted:</b>{items}</ul>'
 
 
 def _evidence_table(pairs: list[tuple[str, str, str]]) -> str:

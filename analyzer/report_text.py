@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from . import evidence
+from . import evidence, whatif
 from .job import utc_ns
 from .ranks import rank_name
 from .rpcs import COLUMN_LEGEND, SPLIT, split
@@ -74,6 +74,7 @@ def finding_lines(f: dict, width: int | None = WIDTH) -> list[str]:
     if who:
         out += _wrap("; ".join(who), "  ", width)
     out += _wrap("fix: " + f["fix"], "  ", width)
+    out += [line for p in f.get("fixes") or [] for line in _wrap("predicted: " + whatif.line(p), "    ", width)]
     return out
 
 
