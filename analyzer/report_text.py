@@ -219,3 +219,36 @@ def render_text(result: dict) -> str:
                      + ("" if cap.get("verified", True) else ", segments not verified (written before checksums)"), "")
     out += [f"problem: {p}" for p in result["problems"]]     # unwrapped: they name paths
     return "\n".join(out)
+
+
+def render_whatif(doc: dict) -> str:
+    """`slotscope whatif`: the model, then per save its measured inputs and predictions, each
+    rank's, and what the model leaves out."""
+    out = [f"what if: {doc['change']}"]
+    out += _wrap("model: Little's law per transport: in flight = min(slot limit, what the ranks offer); each "
+                 "WRITE holds its slot for the overhead + wire + the server's time at that load; throughput = in "
+                 "flight x WRITE size / hold, at most the link's speed", "")
+    for save in doc["saves"]:
+        out += ["", f"save {save['number']}" if save["number"] else "the recording", "  measured:"]
+        out += ["    " + line for line in save["input_lines"]] or ["    -"]
+        for p in save["predictions"]:
+            out += _wrap(whatif.line(p), "  ")
+            ranks = [r for r in p["ranks"] if r.get("predicted_s") is not None]
+            if ranks:
+                out += _wrap("per rank: " + ", ".join(
+                    f"{rank_name(r)} {number(r['measured_s'], like=r['measured_s'])} -> "
+                    f"{number(r['predicted_s'], 's', like=r['predicted_s'])}" for r in ranks[:16])
+                    + (f", ... {len(ranks) - 16} more (--json)" if len(ranks) > 16 else ""), "    ")
+            out += [line for n in p["notes"] for line in _wrap(f"note: {n}", "    ")]
+    return "\n".join(out)
+
+
+def render_compare(sections: list[tuple[str, list[str], list[list[str]]]]) -> str:
+    """`slotscope compare`: compare.tables() as aligned columns."""
+    out = []
+    for title, head, rows in sections:
+        widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+        out += ["", title] if out else [title]
+        for row in ([head] if any(head) else []) + rows:
+            out += _wrap("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), "  ")
+    return "\n".join(out)
