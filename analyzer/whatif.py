@@ -305,6 +305,8 @@ def _predict(tr: Transport, change: Change) -> Prediction:
     job = [t for *_, t in results]
     lo = min(min(job), nominal * (1 - RANGE_FLOOR))
     hi = max(max(job), nominal * (1 + RANGE_FLOOR))
+    if p.limit in ("server", "link") and not (change.buffered or change.local_then_copy):
+        hi = max(hi, measured)      # a resource already near its most: the change may buy nothing at all
     spans: dict[str, list[float]] = {}
     for (name, _, _), t in zip(variants[1:], job[1:]):
         spans.setdefault(name, [nominal]).append(t)
