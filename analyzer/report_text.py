@@ -230,7 +230,8 @@ def render_whatif(doc: dict) -> str:
                  "flight x WRITE size / hold, at most the link's speed", "")
     for save in doc["saves"]:
         out += ["", f"save {save['number']}" if save["number"] else "the recording", "  measured:"]
-        out += ["    " + line for line in save["input_lines"]] or ["    -"]
+        out += [part for line in save["input_lines"]
+                for part in _wrap(line.lstrip(), "    " + line[:len(line) - len(line.lstrip())])] or ["    -"]
         for p in save["predictions"]:
             out += _wrap(whatif.line(p), "  ")
             ranks = [r for r in p["ranks"] if r.get("predicted_s") is not None]

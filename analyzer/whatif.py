@@ -285,12 +285,16 @@ def _predict(tr: Transport, change: Change) -> Prediction:
             and not (change.write_size or change.buffered or change.local_then_copy):
         p.why = "no change given"
         return p
+    if not any(r["writes"] for r in tr.ranks):
+        p.why = (f"no traced write() of a rank on {tr.host} was charged a WRITE RPC: the model predicts a "
+                 "save from the ranks' own time in NFS calls")
+        return p
     # the inputs' low and high values; their spread is the prediction's range
     write_s = tr.overhead + tr.server_a + tr.server_b * tr.flight_seen[1]
     b_hi = (tr.server_b + 2 * tr.server_b_se if np.isfinite(tr.server_b_se)
             else (tr.server_a + tr.server_b * tr.flight_seen[1]) / max(tr.flight_seen[1], 1))
     calib_model = _throughput(tr, before, tr.server_b, _demand(tr, before, write_s))[0]
-    calib = (tr.bytes / tr.sending_s) / calib_model       # measured / model, before the change
+    calib = (tr.bytes / tr.sending_s) / calib_model if calib_model > 0 else 1.0   # measured / model, before
     b_lo = max(0.0, tr.server_b - 2 * tr.server_b_se) if np.isfinite(tr.server_b_se) else 0.0
     server, calibration = "server time per RPC vs in flight", "model calibration against the measured save"
     # (the input varied, server slope, calibration); the first is the nominal prediction
