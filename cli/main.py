@@ -116,14 +116,18 @@ def _analyze(args) -> int:
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
-    written = f"HTML report written to {os.path.abspath(args.html)}" if args.html else None
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
+    return _output(result, args.json, render_text, args.html and f"HTML report written to {os.path.abspath(args.html)}")
+
+
+def _output(doc: dict, as_json: bool, render, written: str | None) -> int:
+    """A command's result: one JSON document on stdout, or its text; where an HTML file went."""
+    if as_json:
+        json.dump(doc, sys.stdout, indent=2)
         print()
         if written:         # on stderr: stdout stays one JSON document
             print(f"slotscope: {written}", file=sys.stderr)
     else:
-        print(render_text(result))
+        print(render(doc))
         if written:
             print(f"\n{written}")
     return 0
@@ -164,12 +168,7 @@ def _whatif(args) -> int:
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        json.dump(doc, sys.stdout, indent=2)
-        print()
-    else:
-        print(render_whatif(doc))
-    return 0
+    return _output(doc, args.json, render_whatif, None)
 
 
 def _compare(args) -> int:
@@ -203,17 +202,8 @@ def _compare(args) -> int:
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
-    written = f"HTML comparison written to {os.path.abspath(args.html)}" if args.html else None
-    if args.json:
-        json.dump(doc, sys.stdout, indent=2)
-        print()
-        if written:
-            print(f"slotscope: {written}", file=sys.stderr)
-    else:
-        print(render_compare(sections))
-        if written:
-            print(f"\n{written}")
-    return 0
+    return _output(doc, args.json, lambda _: render_compare(sections),
+                   args.html and f"HTML comparison written to {os.path.abspath(args.html)}")
 
 
 def _holds_rows(job) -> bool:
