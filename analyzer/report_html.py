@@ -116,7 +116,7 @@ def _predictions(fixes: list[dict]) -> str:
     if not fixes:
         return ""
     items = "".join(f'<li data-change="{_e(p["change"])}">{_e(whatif.line(p))}</li>' for p in fixes)
-    return f'<ul class="predictions"><b>predicted:</b>{items}</ul>'
+    return f'<div class="predictions"><b>predicted:</b><ul>{items}</ul></div>'
 
 
 def _evidence_table(pairs: list[tuple[str, str, str]]) -> str:

@@ -5,8 +5,9 @@ The model is Little's law on what the capture measured, per transport (one per h
 - in flight n = min(the slot limit, what the ranks offer): a rank whose writes are
   synchronous has at most one WRITE in flight, and less while it computes between
   writes; a flush (buffered writes) offers every dirty page at once. The limit is the
-  transport slots per connection x nconnect, and on NFSv4.1 at most the session slots,
-  which every connection shares (nconnect does not add any).
+  transport slots per connection x nconnect (NFSv3); on NFSv4.1+ the session slots, which
+  every connection shares (nconnect adds none) while the kernel lifts the transports'
+  own limit (VM-RIG.md).
 - each WRITE holds its slot for h(n) = overhead + wire + server(n): the wire at the link's
   speed (netdev), the server's time per RPC fitted from the capture as a + b n against the
   number in flight when it was sent (it grows with load when the server, or a full link
@@ -30,7 +31,7 @@ import pyarrow.compute as pc
 
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, WRITE_SYSCALLS
 
-from .units import number, size
+from .units import number, plural, size
 
 S = 1e9
 LOCAL_MBPS = 1000.0      # --local-then-copy's default local disk: 1 GB/s, a datacentre NVMe SSD's sustained write, conservatively
@@ -91,10 +92,10 @@ class Transport:
 
 
 def _limit(per_connection, nconnect, session) -> int | None:
-    if per_connection is None:
-        return None
-    transport = per_connection * nconnect
-    return transport if session is None else min(transport, session)
+    """The RPCs a mount can have in flight: its session slots on NFSv4.1+, else its transports' slots."""
+    if session is not None:
+        return session
+    return None if per_connection is None else per_connection * nconnect
 
 
 def measure(ctx) -> tuple[list[Transport], str | None]:
@@ -114,7 +115,7 @@ def measure(ctx) -> tuple[list[Transport], str | None]:
     for host, options in sorted(by_host.items()):
         _, tr, writes = max(options, key=lambda o: o[0])
         t = _transport(ctx, tr, writes)
-        if t.per_connection is None:
+        if t.limit is None:
             why = (f"no slot limit seen toward {tr['server']} ({host}): meta.json has no sunrpc slot-table "
                    "sysctl and no transport counters were recorded, so what more slots change is unknown")
         out.append(t)
@@ -234,7 +235,9 @@ class Prediction:
                 "predicted_s": _r(self.predicted_s), "range": self.range and [_r(v) for v in self.range],
                 "limit": self.limit, "little_gain": self.little_gain, "dominant": self.dominant,
                 "copy_s": _r(self.copy_s), "copy_range": self.copy_range and [_r(v) for v in self.copy_range],
-                "ranks": self.ranks, "notes": self.notes, "why": self.why}
+                "ranks": [{"rank": r["rank"], "measured_s": _r(r["save_s"]), "predicted_s": _r(r["predicted_s"]),
+                           "copy_s": _r(r.get("copy_s"))} for r in self.ranks],
+                "notes": self.notes, "why": self.why}
 
 
 def line(p: dict) -> str:
@@ -274,7 +277,7 @@ def _setting(tr: Transport, change: Change | None) -> Setting:
     per_rank = max(tr.bytes / max(len(tr.ranks), 1), 1.0)
     return Setting(limit, float(min(tr.wsize, per_rank) if buffered else min(c.write_size, tr.wsize) if c.write_size
                                 else tr.write_bytes),
-                   tr.sync and not buffered, session is not None and session < per * nconnect)
+                   tr.sync and not buffered, session is not None)
 
 
 def _predict(tr: Transport, change: Change) -> Prediction:
@@ -341,7 +344,7 @@ def _ranks(tr: Transport, change: Change, limit: int, x_before: float, x_after: 
     # every rank's pages through the slots at once, then a COMMIT per file, as many at a time as slots
     flush = host_bytes / (x_after * k) + -(-len(tr.ranks) // limit) * tr.commit_s
     for r in tr.ranks:
-        entry = {"rank": r["rank"], "measured_s": _r(r["save_s"])}
+        entry = {}
         outside = r["save_s"] - r["nfs_s"]
         if change.local_then_copy:
             # on local disk: the rank's own time, then its bytes at its share of the disk; the copy
@@ -364,7 +367,7 @@ def changes_for(kind: str, transports: list[Transport]) -> list[Change]:
     tr = transports[0]
     out = []
     if kind == "slot_saturation":
-        if tr.session is not None and tr.limit == tr.session:
+        if tr.session is not None:
             out.append(Change(session_slots=max(64, 2 * tr.session)))
         else:
             out.append(Change(slots=max(128, 2 * (tr.per_connection or 64))))
@@ -404,8 +407,9 @@ def inputs_lines(tr: Transport) -> list[str]:
               f"per RPC in flight (seen {flight[0]}-{flight[1]} in flight)")
     if not np.isfinite(tr.server_b_se):
         server += "; its growth beyond that is unknown"
-    limit = (f"slot limit {tr.limit}: {tr.per_connection} per connection x nconnect {tr.nconnect}"
-             + (f", NFSv4.1 session slots {tr.session}" if tr.session else "")) if tr.limit else "slot limit unknown"
+    limit = ("slot limit unknown" if tr.limit is None else
+             f"slot limit {tr.limit}: NFSv4.1 session slots, shared by {plural(tr.nconnect, 'connection')}"
+             if tr.session else f"slot limit {tr.limit}: {tr.per_connection} per connection x nconnect {tr.nconnect}")
     link = f"link {number(tr.link_Bps * 8 / 1e9, 'Gb/s')}" if tr.link_Bps else "link speed unknown"
     return [f"{tr.host} -> {tr.server}: {limit}; {link}",
             f"  {len(tr.ranks)} ranks, {size(tr.bytes)} in WRITEs of {size(tr.write_bytes)} mean "

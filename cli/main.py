@@ -302,14 +302,20 @@ def _export(args) -> int:
     return 0
 
 
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: want a positive number of seconds")
-    return value
+def positive_number(unit: str):
+    """A parser of a positive number of `unit` on the command line."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: want a positive number of {unit}")
+        return value
+    return parse
+
+
+positive_seconds = positive_number("seconds")
 
 
 SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -422,7 +428,7 @@ def parser() -> argparse.ArgumentParser:
                                                            "per file")
     w.add_argument("--local-then-copy", action="store_true", help="save to local disk, copy to NFS in the "
                                                                   "background: the blocking time and the copy's")
-    w.add_argument("--local-mbps", type=positive_seconds, metavar="M", help="the local disk's write speed in MB/s "
+    w.add_argument("--local-mbps", type=positive_number("MB/s"), metavar="M", help="the local disk's write speed in MB/s "
                    "(default 1000, a datacentre NVMe SSD's sustained write, conservatively)")
     w.add_argument("--json", action="store_true", help="machine output")
     w.set_defaults(func=_whatif)

@@ -29,9 +29,9 @@ The model (times are ns since the capture started, on the host's CLOCK_MONOTONIC
   and "OK" at the first reply after one.
 - nconnect: the transport's `slots` are per connection, so nconnect connections hold
   slots x nconnect (one pool: the kernel's round robin over connections is not modelled).
-  session_slots (an NFSv4.1 mount): an RPC first takes one of that many session slots,
-  shared by every connection, then a transport slot; a wait for the session slot is
-  session sleep, not slot wait.
+  session_slots makes the mount NFSv4.1: an RPC takes one of that many session slots,
+  shared by every connection, and the transport's slots do not limit (the kernel lifts
+  them for v4.1 transports, VM-RIG.md); its wait is session sleep, not slot wait.
 - server_threads=k: the server answers with k threads, each busy `server_ms` per RPC
   (FIFO), so the round trip grows with the number in flight once more than k are; the
   rest of rtt_ms is the network. link_bps caps the wire (the netdev speed says it).
@@ -223,8 +223,8 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
     lead, rtt = int(lead_s * S), int(rtt_ms * MS)
     frozen = freeze and (lead + int(freeze[0] * S), lead + int(freeze[1] * S))
     commit = int((rtt_ms if commit_ms is None else commit_ms) * MS)
-    limit = slots * nconnect if session_slots is None else min(slots * nconnect, session_slots)
-    session_bound = session_slots is not None and session_slots < slots * nconnect
+    limit = slots * nconnect if session_slots is None else session_slots
+    session_bound = session_slots is not None
     sim = Sim(limit, rtt, commit, int(link_bps or 10e9), frozen, timeo_ds * S // 10, server_threads,
               int((server_ms if server_ms is not None else rtt_ms) * MS))
     model = {"mode": mode, "write_bytes": write_bytes, "wsize": wsize, "meta_ops": metadata_ops_per_rank,

@@ -43,7 +43,7 @@ def _truth(tmp_path, after: dict) -> tuple[float, dict]:
 @pytest.mark.parametrize("before, after, change, limit", [
     ({}, {"slots": 16}, whatif.Change(slots=16), "ranks"),
     ({}, {"nconnect": 4}, whatif.Change(nconnect=4), "ranks"),
-    ({"slots": 16, "session_slots": 4}, {"slots": 16, "session_slots": 32}, whatif.Change(session_slots=32), "ranks"),
+    ({"session_slots": 4}, {"session_slots": 32}, whatif.Change(session_slots=32), "ranks"),
     ({}, {"write_bytes": 65536}, whatif.Change(write_size=65536), "transport slots"),
     ({}, {"mode": "buffered"}, whatif.Change(buffered=True), "transport slots"),
 ], ids=["slots 4->16", "nconnect 1->4 (NFSv3)", "session slots 4->32", "4 KiB->64 KiB writes", "buffered"])
@@ -62,9 +62,11 @@ def test_a_change_that_helps_is_predicted_within_range(tmp_path, before, after, 
 @pytest.mark.parametrize("before, after, change, limit", [
     (SERVER_BOUND, {"slots": 16}, whatif.Change(slots=16), "server"),
     (LINK_BOUND, {"slots": 16}, whatif.Change(slots=16), "link"),
-    ({"slots": 16, "session_slots": 4}, {"nconnect": 4}, whatif.Change(nconnect=4), "session slots"),
+    ({"session_slots": 4}, {"nconnect": 4}, whatif.Change(nconnect=4), "session slots"),
+    ({"session_slots": 4}, {"slots": 16}, whatif.Change(slots=16), "session slots"),
     ({"cpu_us": 40_000}, {"slots": 16}, whatif.Change(slots=16), "client"),
-], ids=["one server thread", "100 Mb/s link", "nconnect on NFSv4.1 (session table shared)", "busy ranks"])
+], ids=["one server thread", "100 Mb/s link", "nconnect on NFSv4.1 (session table shared)",
+                               "transport slots on NFSv4.1 (the session table limits)", "busy ranks"])
 def test_where_the_limit_is_elsewhere_little_gain_is_predicted(tmp_path, before, after, change, limit):
     p = _predict(tmp_path, before, change)
     actual, _ = _truth(tmp_path, {**before, **after})
