@@ -210,6 +210,15 @@ def predict_fixes(ctx: Context, findings: list) -> None:
         f.fixes = whatif.fixes(f.kind, measured, why)
 
 
+def _fixes_of_slowest(result: dict) -> None:
+    """A recording of several saves: each finding's predictions are those of its slowest save
+    (the model predicts a save, and the recording's window spans the pauses between them)."""
+    slowest = max(result["saves"], key=lambda s: s["duration_s"])
+    by_kind = {f["kind"]: f["fixes"] for f in slowest["findings"]}
+    for f in result["findings"]:
+        f["fixes"] = [{**p, "save": slowest["number"]} for p in by_kind.get(f["kind"], [])]
+
+
 def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
             kernel_log: pa.Table | None = None, ranks_only: list[int] | None = None,
             each_save: bool = True) -> dict:
@@ -270,6 +279,8 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
                                                   ranks_only, each_save=False))
                            for s in saves]
         result["save_trend"] = trend(result["saves"])
+        if len(result["saves"]) > 1:
+            _fixes_of_slowest(result)
     result["checklist"] = checklist(result, window)
     result["kernel_check"] = kernel_check(job, rpc)
     off = [k for k in result["kernel_check"] if abs(k["captured"] - k["kernel_ops"]) > 0.01 * k["kernel_ops"]]

@@ -246,7 +246,8 @@ def line(p: dict) -> str:
     if p["why"]:
         return f"{p['change']}: cannot predict: {p['why']}"
     lo, hi = p["range"]
-    text = (f"{p['change']}: save {number(p['measured_s'], 's')} -> {number(p['predicted_s'], 's', like=hi)} "
+    save = f"save {p['save']}" if p.get("save") else "save"
+    text = (f"{p['change']}: {save} {number(p['measured_s'], 's')} -> {number(p['predicted_s'], 's', like=hi)} "
             f"({number(lo, like=hi)}-{number(hi, 's')}, most of it from the {p['dominant']}; limit: {p['limit']}")
     if p["copy_s"] is not None:
         lo, hi = p["copy_range"]

@@ -115,6 +115,20 @@ def test_each_fix_carries_its_prediction_in_json_text_and_html(tmp_path):
     assert '<li data-change="nconnect=8">nconnect=8: save 5.17 s -&gt; ' in (tmp_path / "r.html").read_text()
 
 
+def test_a_recording_of_several_saves_predicts_its_slowest(tmp_path):
+    synth.save(tmp_path / "one", **BASE)
+    synth.save(tmp_path / "two", **{**BASE, "file_bytes": 1 << 20}, mono_start_ns=5_100 * 10**9,
+               realtime_start_ns=synth.START_NS + 100 * 10**9)
+    result = analyze(Job.open([str(tmp_path / "one"), str(tmp_path / "two")]), "test")
+    assert [s["number"] for s in result["saves"]] == [1, 2]
+    slowest = result["saves"][1]
+    # over the whole recording the slot table is full a tenth of the time: the small writes remain
+    small = next(f for f in result["findings"] if f["kind"] == "small_sync_writes")
+    assert [p["save"] for p in small["fixes"]] == [2]
+    assert small["fixes"][0]["measured_s"] == pytest.approx(slowest["duration_s"], rel=0.01)
+    assert whatif.line(small["fixes"][0]).startswith(f"buffered writes: save 2 {slowest['duration_s']:.1f} s -> ")
+
+
 def test_whatif_command_prints_the_model_its_inputs_and_each_rank(tmp_path):
     synth.save(tmp_path / "cap", **BASE)
     out = run_slotscope("whatif", str(tmp_path / "cap"), "--slots", "16").stdout
