@@ -5,7 +5,13 @@ that change (whatif.py) was from AFTER's measured save. It answers the checklist
 come back in a clean rerun" row."""
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slotscope.capture.syscalls import WRITE_SYSCALLS
+
 from .analysis import context
+from .attribution import attributed_writes
 from .job import Job
 from .thresholds import Thresholds
 from . import whatif
@@ -40,13 +46,14 @@ def meta_changes(before: Job, after: Job) -> list[dict]:
     return out
 
 
-def _writes(result: dict) -> dict:
+def _writes(job: Job, result: dict) -> dict:
     """How the save wrote: mean write() and WRITE RPC sizes, the WRITEs' stability, slot wait's share."""
     ranks = [r for r in result["ranks"] if r["bytes_written"]]
-    calls = sum(s["count"] for r in ranks for k, s in r["syscalls"].items() if k.startswith(("write", "pwrite")))
+    calls = sum(s["count"] for r in ranks for k, s in r["syscalls"].items() if k in WRITE_SYSCALLS)
     w = result["rpc"]["by_proc"].get("WRITE") or {}
-    small = next((f["evidence"] for f in result["findings"] if f["kind"] == "small_sync_writes"), None)
-    stable = sum(v for k, v in small["stable"].items() if k != "UNSTABLE") / small["write_rpcs"] if small else None
+    writes = attributed_writes(job)
+    stable = (pc.mean(pc.cast(pc.greater(writes["io_stable"], 0), pa.float64())).as_py()
+              if writes is not None and writes.num_rows else None)
     return {"write_call_bytes": sum(r["bytes_written"] for r in ranks) / calls if calls else None,
             "write_rpc_bytes": w["bytes"] / w["count"] if w.get("count") else None,
             "stable_share": stable,
@@ -61,7 +68,7 @@ def _change(changes: list[dict], before_writes: dict, after_writes: dict) -> wha
         return int(v) if v is not None and str(v).isdigit() else None
     slots, session, nconnect = after("tcp_max_slot_table_entries"), after("nfs_max_session_slots"), after(" nconnect")
     bw, aw = before_writes["write_rpc_bytes"], after_writes["write_rpc_bytes"]
-    buffered = bool(before_writes["stable_share"]) and not after_writes["stable_share"] and bool(aw)
+    buffered = (before_writes["stable_share"] or 0) >= 0.5 and (after_writes["stable_share"] or 0) < 0.5 and bool(aw)
     size = int(after_writes["write_call_bytes"]) if bw and aw and not buffered and aw >= 1.5 * bw else None
     c = whatif.Change(slots=slots, session_slots=session, nconnect=nconnect, write_size=size, buffered=buffered)
     return None if c.text() == "no change" else c
@@ -70,7 +77,7 @@ def _change(changes: list[dict], before_writes: dict, after_writes: dict) -> wha
 def compare(before: Job, after: Job, rb: dict, ra: dict) -> dict:
     """The comparison of two analyses (analyze() of `before` and of `after`)."""
     changes = meta_changes(before, after)
-    wb, wa = _writes(rb), _writes(ra)
+    wb, wa = _writes(before, rb), _writes(after, ra)
     saves = [{"number": b["number"], "before_s": b["duration_s"], "after_s": a["duration_s"],
               "before_verdict": b["verdict"], "after_verdict": a["verdict"], "bytes": a["bytes"]}
              for b, a in zip(rb.get("saves") or [], ra.get("saves") or [])]

@@ -161,3 +161,15 @@ def test_compare_a_before_after_pair(tmp_path):
     assert "<h2>BEFORE&#x27;s prediction for this change</h2>" in page
     text = run_slotscope("compare", "--before", str(tmp_path / "before"), "--after", str(tmp_path / "after")).stdout
     assert "does it come back in a clean rerun  no" in text
+
+
+def test_compare_finds_the_change_in_the_capture_when_meta_has_none(tmp_path):
+    """4 KiB O_SYNC writes, then buffered ones: nothing in meta.json changed, the WRITEs did."""
+    synth.save(tmp_path / "before", **BASE)
+    actual, _ = _truth(tmp_path, {"mode": "buffered"})
+    doc = json.loads(run_slotscope("compare", str(tmp_path / "before"), str(tmp_path / "after"), "--json").stdout)
+    assert doc["changed"] == []
+    assert doc["writes"]["before"]["stable_share"] == 1 and doc["writes"]["after"]["stable_share"] == 0
+    p = doc["prediction"]
+    assert p["change"] == "buffered writes" and p["within_range"]
+    assert doc["checklist"][0]["answer"] == "yes"       # the flush still fills the four slots
