@@ -97,11 +97,11 @@ def compare(before: Job, after: Job, rb: dict, ra: dict) -> dict:
                         "after": ra["window"] and ra["window"]["seconds"]},
            "verdicts": {"before": rb["verdict"], "after": ra["verdict"]}, "symptoms": symptoms, "prediction": None}
     change = _change(changes, wb, wa)
-    if change is not None and out["window_s"]["after"]:
+    actual = whatif.save_span(ra["ranks"])
+    if change is not None and actual:
         measured, why = whatif.measure(context(before, Thresholds()))
         p = whatif.predict(measured, why, change)
         pred = max(p, key=lambda x: x.predicted_s or 0).as_json()
-        actual = out["window_s"]["after"]
         if pred["predicted_s"] is not None and not pred["why"]:
             pred["actual_s"] = actual
             pred["error"] = round((pred["predicted_s"] - actual) / actual, 3)

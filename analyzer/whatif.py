@@ -169,6 +169,13 @@ def _transport(ctx, tr: dict, writes) -> Transport:
     return transport
 
 
+def save_span(ranks: list[dict]) -> float | None:
+    """A save's seconds as the model measures it: from the writing ranks' first call to their
+    last return (rank_table entries)."""
+    wrote = [r for r in ranks if r["bytes_written"]]
+    return (max(r["save_end_ns"] for r in wrote) - min(r["save_start_ns"] for r in wrote)) / S if wrote else None
+
+
 def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """Least squares y = a + b x, b's standard error; b = 0 (with an unknown error, inf) when x
     never varied."""
