@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, WRITE_SYSCALLS
 
-from .units import number, plural, size
+from .units import byte_rate, number, plural, round_rate, size
 
 S = 1e9
 LOCAL_MBPS = 1000.0      # --local-then-copy's default local disk: 1 GB/s, a datacentre NVMe SSD's sustained write, conservatively
@@ -337,7 +337,7 @@ def _predict(tr: Transport, change: Change) -> Prediction:
     p.little_gain = nominal >= LITTLE_GAIN * measured
     if not tr.link_Bps and x_nominal > (tr.seen_Bps or 0) * 1.1:
         p.why = (f"the link's speed is unknown (the NIC reports none) and the change needs "
-                 f"{size(x_nominal)}/s, more than the {size(tr.seen_Bps or 0)}/s it was seen carrying: "
+                 f"{byte_rate(x_nominal)}, more than the {byte_rate(tr.seen_Bps or 0)} it was seen carrying: "
                  f"at best {number(lo, like=hi)}-{number(hi, 's')} if the link has room")
     if after.sync is False and tr.sync:
         p.notes.append("not modelled: the copies into the page cache (write() at memory speed) and the "
@@ -411,16 +411,16 @@ def inputs_json(tr: Transport) -> dict:
 def inputs_lines(tr: Transport) -> list[str]:
     """The measured inputs, for people."""
     flight = tr.flight_seen
-    server = (f"server time per RPC {number(tr.server_a * 1e3, 'ms')} + {number(tr.server_b * 1e3, like=0.01)} ms "
+    server = (f"server time per RPC {number(tr.server_a * 1e3, 'ms')} + {number(tr.server_b * 1e3, 'ms', like=tr.server_a * 1e3)} "
               f"per RPC in flight (seen {flight[0]}-{flight[1]} in flight)")
     if not np.isfinite(tr.server_b_se):
         server += "; its growth beyond that is unknown"
     limit = ("slot limit unknown" if tr.limit is None else
              f"slot limit {tr.limit}: NFSv4.1 session slots, shared by {plural(tr.nconnect, 'connection')}"
              if tr.session else f"slot limit {tr.limit}: {tr.per_connection} per connection x nconnect {tr.nconnect}")
-    link = f"link {number(tr.link_Bps * 8 / 1e9, 'Gb/s')}" if tr.link_Bps else "link speed unknown"
+    link = f"link {round_rate(tr.link_Bps * 8)}" if tr.link_Bps else "link speed unknown"
     return [f"{tr.host} -> {tr.server}: {limit}; {link}",
             f"  {len(tr.ranks)} ranks, {size(tr.bytes)} in WRITEs of {size(tr.write_bytes)} mean "
-            f"({'synchronous' if tr.sync else 'unstable, flushed'}), {size(tr.bytes / tr.sending_s)}/s while sending",
+            f"({'synchronous' if tr.sync else 'unstable, flushed'}), {byte_rate(tr.bytes / tr.sending_s)} while sending",
             f"  {server}; slot hold overhead {number(tr.overhead * 1e3, 'ms')}; COMMIT {number(tr.commit_s * 1e3, 'ms')}"]
 

@@ -133,7 +133,7 @@ def test_whatif_command_prints_the_model_its_inputs_and_each_rank(tmp_path):
     synth.save(tmp_path / "cap", **BASE)
     out = run_slotscope("whatif", str(tmp_path / "cap"), "--slots", "16").stdout
     assert out.startswith("what if: slots=16\nmodel: Little's law")
-    assert "slot limit 4: 4 per connection x nconnect 1; link 10.0 Gb/s" in out
+    assert "slot limit 4: 4 per connection x nconnect 1; link 10 Gb/s" in out
     assert "per rank: rank 0 5.14 -> " in out
     doc = json.loads(run_slotscope("whatif", str(tmp_path / "cap"), "--nconnect", "2", "--json").stdout)
     [save] = doc["saves"]
