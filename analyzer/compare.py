@@ -71,7 +71,7 @@ def _change(changes: list[dict], before_writes: dict, after_writes: dict) -> wha
     buffered = (before_writes["stable_share"] or 0) >= 0.5 and (after_writes["stable_share"] or 0) < 0.5 and bool(aw)
     size = int(after_writes["write_call_bytes"]) if bw and aw and not buffered and aw >= 1.5 * bw else None
     c = whatif.Change(slots=slots, session_slots=session, nconnect=nconnect, write_size=size, buffered=buffered)
-    return None if c.text() == "no change" else c
+    return None if c.text() == whatif.NO_CHANGE else c
 
 
 def compare(before: Job, after: Job, rb: dict, ra: dict) -> dict:

@@ -38,7 +38,8 @@ LOCAL_MBPS = 1000.0      # --local-then-copy's default local disk: 1 GB/s, a dat
 LITTLE_GAIN = 0.85       # predicted / measured at or above this: the change buys little
 RANGE_FLOOR = 0.03       # every range is at least this much either side (the model's own rounding)
 MODEL = "littles_law"
-PREDICTED = ("slot_saturation", "small_sync_writes")      # the findings whose fixes the model predicts
+PREDICTED = ("slot_saturation", "small_sync_writes")
+NO_CHANGE = "no change"      # the findings whose fixes the model predicts
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Change:
             parts.append("buffered writes")
         if self.local_then_copy:
             parts.append(f"local disk ({number(self.local_mbps)} MB/s) then copy")
-        return ", ".join(parts) or "no change"
+        return ", ".join(parts) or NO_CHANGE
 
 
 @dataclass
@@ -196,20 +197,20 @@ class Setting:
     session_bound: bool
 
 
-def _throughput(tr: Transport, s: Setting, b: float, demand: float) -> tuple[float, int | float, str]:
-    """(bytes/s, in flight, what limits it) under Setting s, with server slope b."""
+def _throughput(tr: Transport, s: Setting, b: float, demand: float) -> tuple[float, str]:
+    """(bytes/s, what limits it) under Setting s, with server slope b."""
     n = min(s.limit, demand)
     wire = s.write_bytes / tr.link_Bps if tr.link_Bps else 0.0
     a = tr.server_a + tr.server_b * tr.flight_seen[1] - b * tr.flight_seen[1]     # the fit holds where it was seen
     hold = tr.overhead + wire + max(a, 0.0) + b * n
     x = n * s.write_bytes / hold
     if tr.link_Bps and x >= tr.link_Bps:
-        return tr.link_Bps, n, "link"
+        return tr.link_Bps, "link"
     if b * n > 0.5 * hold:
-        return x, n, "server"
-    if n < s.limit:
-        return x, n, "client" if s.sync and demand < 0.5 * len(tr.ranks) else "ranks (one write in flight each)"
-    return x, n, "session slots" if s.session_bound else "transport slots"
+        return x, "server"
+    if n < s.limit:     # ranks that offer less than half their number are busy between writes
+        return x, "client" if s.sync and demand < 0.5 * len(tr.ranks) else "ranks (one write in flight each)"
+    return x, "session slots" if s.session_bound else "transport slots"
 
 
 def _demand(tr: Transport, s: Setting, write_s: float) -> float:
@@ -291,29 +292,30 @@ def _setting(tr: Transport, change: Change | None) -> Setting:
 def _predict(tr: Transport, change: Change) -> Prediction:
     measured = max((r["offset_s"] + r["save_s"] for r in tr.ranks), default=tr.sending_s)
     p = Prediction(change.text(), tr.host, measured)
-    before, after = _setting(tr, None), _setting(tr, change)
-    if change.slots is None and change.nconnect is None and change.session_slots is None \
-            and not (change.write_size or change.buffered or change.local_then_copy):
+    if p.change == NO_CHANGE:
         p.why = "no change given"
         return p
     if not any(r["writes"] for r in tr.ranks):
         p.why = (f"no traced write() of a rank on {tr.host} was charged a WRITE RPC: the model predicts a "
                  "save from the ranks' own time in NFS calls")
         return p
-    # the inputs' low and high values; their spread is the prediction's range
-    write_s = tr.overhead + tr.server_a + tr.server_b * tr.flight_seen[1]
-    b_hi = (tr.server_b + 2 * tr.server_b_se if np.isfinite(tr.server_b_se)
-            else (tr.server_a + tr.server_b * tr.flight_seen[1]) / max(tr.flight_seen[1], 1))
+    before, after = _setting(tr, None), _setting(tr, change)
+    write_s = tr.overhead + tr.server_a + tr.server_b * tr.flight_seen[1]      # a WRITE's hold, as seen
     calib_model = _throughput(tr, before, tr.server_b, _demand(tr, before, write_s))[0]
     calib = (tr.bytes / tr.sending_s) / calib_model if calib_model > 0 else 1.0   # measured / model, before
-    b_lo = max(0.0, tr.server_b - 2 * tr.server_b_se) if np.isfinite(tr.server_b_se) else 0.0
+    # the server slope's low and high values: two standard errors either side; when the in flight
+    # never varied, from no growth to all of the server's time being a queue
+    if np.isfinite(tr.server_b_se):
+        b_lo, b_hi = max(0.0, tr.server_b - 2 * tr.server_b_se), tr.server_b + 2 * tr.server_b_se
+    else:
+        b_lo, b_hi = 0.0, (tr.server_a + tr.server_b * tr.flight_seen[1]) / max(tr.flight_seen[1], 1)
     server, calibration = "server time per RPC vs in flight", "model calibration against the measured save"
     # (the input varied, server slope, calibration); the first is the nominal prediction
     variants = [(None, tr.server_b, calib), (server, b_lo, calib), (server, b_hi, calib), (calibration, tr.server_b, 1.0)]
     results = []
     for _, b, k in variants:
         x_before = _throughput(tr, before, b, _demand(tr, before, write_s))[0]
-        x_after, _, limit = _throughput(tr, after, b, _demand(tr, after, write_s))
+        x_after, limit = _throughput(tr, after, b, _demand(tr, after, write_s))
         rs = _ranks(tr, change, after.limit, x_before, x_after, k)
         results.append((rs, limit, x_after * k, max(r["offset_s"] + r["predicted_s"] for r in rs)))
     ranks, p.limit, x_nominal, nominal = results[0]

@@ -148,7 +148,7 @@ def _whatif(args) -> int:
     change = whatif.Change(slots=args.slots, session_slots=args.session_slots, nconnect=args.nconnect,
                            write_size=args.write_size, buffered=args.buffered, local_then_copy=args.local_then_copy,
                            local_mbps=args.local_mbps or whatif.LOCAL_MBPS)
-    if change.text() == "no change":
+    if change.text() == whatif.NO_CHANGE:
         print("slotscope: whatif needs a change (--slots, --session-slots, --nconnect, --write-size, --buffered "
               "or --local-then-copy)", file=sys.stderr)
         return 2
