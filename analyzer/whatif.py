@@ -113,9 +113,13 @@ def measure(ctx) -> tuple[list[Transport], str | None]:
             by_host.setdefault(tr["host"], []).append((pc.sum(writes["io_count"]).as_py() or 0, tr, writes))
     if not by_host:
         return [], "no WRITE RPC in the capture: nothing was saved over NFS"
+    savers: dict[str, list[dict]] = {}
+    for r in ctx.savers():
+        savers.setdefault(r["host"], []).append(r)
+    t0 = min((r["save_start_ns"] for rs in savers.values() for r in rs), default=0)
     for host, options in sorted(by_host.items()):
         _, tr, writes = max(options, key=lambda o: o[0])
-        t = _transport(ctx, tr, writes)
+        t = _transport(ctx, tr, writes, savers.get(host, []), t0)
         if t.limit is None:
             why = (f"no slot limit seen toward {tr['server']} ({host}): meta.json has no sunrpc slot-table "
                    "sysctl and no transport counters were recorded, so what more slots change is unknown")
@@ -123,7 +127,8 @@ def measure(ctx) -> tuple[list[Transport], str | None]:
     return out, why
 
 
-def _transport(ctx, tr: dict, writes) -> Transport:
+def _transport(ctx, tr: dict, writes, savers: list[dict], t0: int) -> Transport:
+    """One transport's inputs; `savers`: the host's writing ranks, `t0`: the job's first call (UTC ns)."""
     mount = tr["mount"] or {}
     nconnect = int(mount.get("nconnect") or 1)
     session = tr["session_slots"]
@@ -159,10 +164,7 @@ def _transport(ctx, tr: dict, writes) -> Transport:
         write_bytes=float(count.mean()), sync=bool((stable > 0).mean() >= 0.5), bytes=int(count.sum()),
         sending_s=max((pc.max(done["ts_end"]).as_py() - first) / S, 1e-9), server_a=a, server_b=b,
         server_b_se=se, flight_seen=(int(flight.min()), int(flight.max())), overhead=overhead, commit_s=commit)
-    t0 = min((r["save_start_ns"] for r in ctx.savers()), default=0)
-    for r in ctx.savers():
-        if r["host"] != tr["host"]:
-            continue
+    for r in savers:
         nfs = sum(s["total_ns"] for k, s in r["syscalls"].items() if k in WRITE_SYSCALLS + FLUSH_SYSCALLS) / S
         transport.ranks.append({"rank": r["rank"], "offset_s": (r["save_start_ns"] - t0) / S, "save_s": r["save_s"],
                                 "nfs_s": nfs, "outside_s": max(0.0, r["save_s"] - r["blocked_ns"] / S),
