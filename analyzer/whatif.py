@@ -211,7 +211,8 @@ def _throughput(tr: Transport, s: Setting, b: float, demand: float) -> tuple[flo
     if b * n > 0.5 * hold:
         return x, "server"
     if n < s.limit:     # ranks that offer less than half their number are busy between writes
-        return x, "client" if s.sync and demand < 0.5 * len(tr.ranks) else "ranks (one write in flight each)"
+        return x, ("client (the ranks are busy between writes)" if s.sync and demand < 0.5 * len(tr.ranks)
+                   else "ranks (one write in flight each)")
     return x, "session slots" if s.session_bound else "transport slots"
 
 

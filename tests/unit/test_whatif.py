@@ -71,7 +71,7 @@ def test_where_the_limit_is_elsewhere_little_gain_is_predicted(tmp_path, before,
     p = _predict(tmp_path, before, change)
     actual, _ = _truth(tmp_path, {**before, **after})
     lo, hi = p["range"]
-    assert p["little_gain"] and p["limit"] == limit
+    assert p["little_gain"] and p["limit"].startswith(limit)
     assert lo <= actual <= hi, (p["predicted_s"], p["range"], actual)
     assert actual > whatif.LITTLE_GAIN * p["measured_s"]       # and indeed it bought little
 
