@@ -74,12 +74,17 @@ def _change(changes: list[dict], before_writes: dict, after_writes: dict) -> wha
     return None if c.text() == whatif.NO_CHANGE else c
 
 
+def _rate(nbytes: int, seconds: float) -> float | None:
+    return nbytes / seconds if seconds else None
+
+
 def compare(before: Job, after: Job, rb: dict, ra: dict) -> dict:
     """The comparison of two analyses (analyze() of `before` and of `after`)."""
     changes = meta_changes(before, after)
     wb, wa = _writes(before, rb), _writes(after, ra)
     saves = [{"number": b["number"], "before_s": b["duration_s"], "after_s": a["duration_s"],
-              "before_verdict": b["verdict"], "after_verdict": a["verdict"], "bytes": a["bytes"]}
+              "before_Bps": _rate(b["bytes"], b["duration_s"]), "after_Bps": _rate(a["bytes"], a["duration_s"]),
+              "before_verdict": b["verdict"], "after_verdict": a["verdict"]}
              for b, a in zip(rb.get("saves") or [], ra.get("saves") or [])]
     ranks_a = {(r["host"], r["rank"]): r for r in ra["ranks"] if r["bytes_written"]}
     ranks = []
@@ -87,8 +92,8 @@ def compare(before: Job, after: Job, rb: dict, ra: dict) -> dict:
         a = ranks_a.get((r["host"], r["rank"]))
         if r["bytes_written"] and a:
             ranks.append({"rank": r["rank"], "host": r["host"], "before_s": r["save_s"], "after_s": a["save_s"],
-                          "before_Bps": r["bytes_written"] / r["save_s"] if r["save_s"] else None,
-                          "after_Bps": a["bytes_written"] / a["save_s"] if a["save_s"] else None})
+                          "before_Bps": _rate(r["bytes_written"], r["save_s"]),
+                          "after_Bps": _rate(a["bytes_written"], a["save_s"])})
     after_kinds = {f["kind"] for f in ra["findings"] if f["severity"] in ("critical", "warning")}
     symptoms = [{"kind": f["kind"], "severity": f["severity"], "gone": f["kind"] not in after_kinds}
                 for f in rb["findings"] if f["severity"] in ("critical", "warning")]
@@ -137,9 +142,10 @@ def tables(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             [["save window", s(doc["window_s"]["before"]), s(doc["window_s"]["after"]),
               ratio(doc["window_s"]["before"], doc["window_s"]["after"])],
              ["verdict", str(doc["verdicts"]["before"]), str(doc["verdicts"]["after"]), ""]]),
-           ("saves", ["save", "before", "after", "", "verdict before", "verdict after"],
+           ("saves", ["save", "before", "after", "", "throughput before", "after", "verdict before", "after"],
             [[str(x["number"]), s(x["before_s"]), s(x["after_s"]), ratio(x["before_s"], x["after_s"]),
-              str(x["before_verdict"]), str(x["after_verdict"])] for x in doc["saves"]]),
+              byte_rate(x["before_Bps"]), byte_rate(x["after_Bps"]), str(x["before_verdict"]),
+              str(x["after_verdict"])] for x in doc["saves"]]),
            ("ranks", ["rank", "host", "before", "after", "throughput before", "after"],
             [[str(r["rank"]), r["host"], s(r["before_s"]), s(r["after_s"]), byte_rate(r["before_Bps"]),
               byte_rate(r["after_Bps"])] for r in doc["ranks"]]),

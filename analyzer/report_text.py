@@ -251,5 +251,8 @@ def render_compare(sections: list[tuple[str, list[str], list[list[str]]]]) -> st
         widths = [max(len(x) for x in col) for col in zip(head, *rows)]
         out += ["", title] if out else [title]
         for row in ([head] if any(head) else []) + rows:
-            out += _wrap("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), "  ")
+            # the last column wrapped under itself, the others kept in their columns
+            lead = "  " + "".join(c.ljust(w + 2) for c, w in zip(row[:-1], widths))
+            last = textwrap.wrap(row[-1], max(WIDTH - len(lead), 30), break_on_hyphens=False) or [""]
+            out += [(lead + last[0]).rstrip()] + [" " * len(lead) + part for part in last[1:]]
     return "\n".join(out)
