@@ -14,9 +14,10 @@ The model is Little's law on what the capture measured, per transport (one per h
   ahead of it, is the limit: then 1/b is the most WRITEs a second it takes, whatever the
   slots), the overhead what the hold measured beyond the round trip.
 - throughput X = min(n x WRITE size / h(n), the link's speed).
-A rank's save is its time outside NFS waits (kept) plus its NFS waits scaled by X before /
-X after (sync writes); a buffered save flushes the host's bytes at X after and sends a
-COMMIT per file. The model's throughput before the change is checked against the measured
+A rank's save is its time outside its write and flush calls (its own computing and its
+metadata calls, kept as measured, though these too waited for slots) plus the time in those
+calls scaled by X before / X after (sync writes); a buffered save flushes the host's bytes at
+X after and sends a COMMIT per file, as many at a time as there are slots. The model's throughput before the change is checked against the measured
 one, and that calibration is one of the inputs the range is taken over; the other is the
 server's fit (when the capture never had more in flight than now, its growth with load is
 unknown, from none to all of its time). Each prediction says what limits the save after the
