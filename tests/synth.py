@@ -328,14 +328,17 @@ def _rpc(c, stop, mono0, session_bound=False):
     def us(a):
         return np.where(done, a // US, 0)
 
-    slot_wait = c["reserved"] - c["begin"] - 1 * US
+    waited = c["reserved"] - c["begin"] - 1 * US
+    none = np.zeros_like(waited)
+    # the wait for a transport slot, or on NFSv4.1 for a session slot (session sleep)
+    slot_wait, session_wait = (none, waited) if session_bound else (waited, none)
     t = {"ts_begin": mono(c["begin"]), "ts_end": mono(np.where(done, c["end"], 0)),
          "ts_reserve_start": mono(c["begin"] + 1 * US), "ts_reserved": mono(c["reserved"]),
          "ts_transmit_start": mono(c["reserved"] + 2 * US), "ts_first_tx": mono(c["first_tx"]),
          "ts_last_tx": mono(c["last_tx"]), "backlog_us": us(c["last_tx"] - c["begin"]),
          "rtt_us": us(c["reply"] - c["last_tx"]), "execute_us": us(c["end"] - c["begin"]),
-         "backlog_sleep_ns": np.zeros_like(slot_wait) if session_bound else slot_wait,
-         "session_sleep_ns": slot_wait if session_bound else np.zeros_like(slot_wait), "sending_sleep_ns": np.maximum(c["first_tx"] - c["reserved"] - 4 * US, 0),
+         "backlog_sleep_ns": slot_wait, "session_sleep_ns": session_wait,
+         "sending_sleep_ns": np.maximum(c["first_tx"] - c["reserved"] - 4 * US, 0),
          "pending_sleep_ns": np.where(done, c["reply"], stop) - c["first_tx"],
          "fileid": c["fileid"], "io_offset": c["offset"], "io_count": c["count"], "io_stable": c["stable"],
          "io_dev": np.full(n, DEV), "task_id": np.arange(n) & 0xFFFF, "client_id": np.full(n, CLIENT_ID),
@@ -344,7 +347,7 @@ def _rpc(c, stop, mono0, session_bound=False):
          "attempts": done.astype(int), "transmits": 1 + c["timeouts"], "retransmits": c["timeouts"],
          "timeouts": c["timeouts"], "task_flags": np.full(n, 0x8001), "complete": done.astype(int),
          "procname": c["proc"], "progname": np.full(n, "nfs", object),
-         "slot_wait_ns": np.zeros_like(slot_wait) if session_bound else slot_wait, "transmit_wait_ns": c["first_tx"] - c["reserved"] - 2 * US,
+         "slot_wait_ns": slot_wait, "transmit_wait_ns": c["first_tx"] - c["reserved"] - 2 * US,
          "age_ns": np.where(done, 0, stop - c["begin"]), "server": np.full(n, f"{SERVER}:{PORT}", object)}
     for k in ("backlog", "rtt", "execute"):
         t[f"{k}_ns"] = t[f"{k}_us"] * 1000
