@@ -39,6 +39,9 @@ LOCAL_MBPS = 1000.0      # --local-then-copy's default local disk: 1 GB/s, a dat
 LITTLE_GAIN = 0.85       # predicted / measured at or above this: the change buys little
 RANGE_FLOOR = 0.03       # every range is at least this much either side (the model's own rounding)
 MODEL = "littles_law"
+# a time per RPC that grows with the RPCs in flight: the server, or a path slower than the NIC
+# says (a shaper, a slower hop), which the capture cannot tell apart
+SERVER = "server (or a path slower than the NIC): its time per RPC grows with the RPCs in flight"
 PREDICTED = ("slot_saturation", "small_sync_writes")
 NO_CHANGE = "no change"      # the findings whose fixes the model predicts
 
@@ -210,7 +213,7 @@ def _throughput(tr: Transport, s: Setting, b: float, demand: float) -> tuple[flo
     if tr.link_Bps and x >= tr.link_Bps:
         return tr.link_Bps, "link"
     if b * n > 0.5 * hold:
-        return x, "server"
+        return x, SERVER
     if n < s.limit:     # ranks that offer less than half their number are busy between writes
         return x, ("client (the ranks are busy between writes)" if s.sync and demand < 0.5 * len(tr.ranks)
                    else "ranks (one write in flight each)")
@@ -326,7 +329,7 @@ def _predict(tr: Transport, change: Change) -> Prediction:
     job = [t for *_, t in results]
     lo = min(min(job), nominal * (1 - RANGE_FLOOR))
     hi = max(max(job), nominal * (1 + RANGE_FLOOR))
-    if p.limit in ("server", "link") and not (change.buffered or change.local_then_copy):
+    if p.limit in (SERVER, "link") and not (change.buffered or change.local_then_copy):
         hi = max(hi, measured)      # a resource already near its most: the change may buy nothing at all
     spans: dict[str, list[float]] = {}
     for (name, _, _), t in zip(variants[1:], job[1:]):
