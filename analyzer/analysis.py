@@ -23,6 +23,7 @@ from .saves import Save, find_saves, trend
 from .thresholds import Thresholds
 from .transports import transport_table
 from .units import gbps, mbps, number, pct
+from . import whatif
 
 UTC_COLUMNS = ("ts_begin", "ts_end", "ts_first_tx")
 
@@ -194,18 +195,42 @@ def save_report(save: Save, result: dict) -> dict:
     }
 
 
+def context(job: Job, th: Thresholds, kernel_log: pa.Table | None = None) -> Context:
+    """What the detectors and the what-if model look at."""
+    ranks = rank_table(job)
+    rpc = rpc_rows(job)
+    window = save_window(ranks, rpc)
+    return Context(job, th, ranks, transport_table(job, window), rpc, window, log_events(job, kernel_log))
+
+
+def predict_fixes(ctx: Context, findings: list) -> None:
+    """Each finding's fixes with their predicted effect, from one measure of the model's inputs."""
+    if not {f.kind for f in findings} & set(whatif.PREDICTED):
+        return
+    measured, why = whatif.measure(ctx)
+    for f in findings:
+        f.fixes = whatif.fixes(f.kind, measured, why)
+
+
+def _fixes_of_slowest(result: dict) -> None:
+    """A recording of several saves: each finding's predictions are those of its slowest save
+    (the model predicts a save, and the recording's window spans the pauses between them)."""
+    slowest = max(result["saves"], key=lambda s: s["duration_s"])
+    by_kind = {f["kind"]: f["fixes"] for f in slowest["findings"]}
+    for f in result["findings"]:
+        f["fixes"] = [{**p, "save": slowest["number"]} for p in by_kind.get(f["kind"], [])]
+
+
 def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
             kernel_log: pa.Table | None = None, ranks_only: list[int] | None = None,
             each_save: bool = True) -> dict:
     """The whole recording's analysis and, with each_save, the same for every save in it."""
     th = thresholds or Thresholds()
-    ranks = rank_table(job)
-    rpc = rpc_rows(job)
-    window = save_window(ranks, rpc)
-    transports = transport_table(job, window)
-    ctx = Context(job, th, ranks, transports, rpc, window, log_events(job, kernel_log))
+    ctx = context(job, th, kernel_log)
+    ranks, rpc, window, transports = ctx.ranks, ctx.rpc, ctx.window, ctx.transports
     counters = sampled.from_job(job)
     findings = find(ctx, sampled.detect(counters, th) if counters else [])
+    predict_fixes(ctx, findings)
     notes = []
     nothing = not ranks and rpc is None and ctx.log is None and (counters is None or counters.ops is None)
     if nothing:
@@ -267,6 +292,8 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
                                                   ranks_only, each_save=False))
                            for s in saves]
         result["save_trend"] = trend(result["saves"])
+        if len(result["saves"]) > 1:
+            _fixes_of_slowest(result)
     result["checklist"] = checklist(result, window)
     result["kernel_check"] = kernel_check(job, rpc)
     off = [k for k in result["kernel_check"] if abs(k["captured"] - k["kernel_ops"]) > 0.01 * k["kernel_ops"]]

@@ -54,13 +54,14 @@ class Finding:
     # found without BPF (sampled.py): how sure it is, and what a BPF recording would add
     confidence: str | None = None
     bpf_would_add: str | None = None
+    fixes: list = field(default_factory=list)     # the fix's changes with their predicted effect (whatif.py)
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "severity": self.severity, "summary": self.summary,
                 "start": iso_utc(self.start), "end": iso_utc(self.end), "evidence": self.evidence,
                 "ranks": self.ranks, "syscalls": self.syscalls, "servers": self.servers, "fix": self.fix,
-                "explained_by": self.explained_by} | ({"confidence": self.confidence,
-                                                       "bpf_would_add": self.bpf_would_add} if self.confidence else {})
+                "fixes": self.fixes, "explained_by": self.explained_by} | (
+                    {"confidence": self.confidence, "bpf_would_add": self.bpf_would_add} if self.confidence else {})
 
 
 @dataclass

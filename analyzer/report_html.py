@@ -15,7 +15,7 @@ from slotscope.capture.safepath import create_file
 
 from .job import Job, utc_ns
 from .losses import loss_when
-from . import evidence
+from . import evidence, whatif
 from .report_text import clock_text, confidence_line, finding_when, headline, rank_ranges, slowest_rank
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, number, pct, plural, rate, round_rate, seconds, size
@@ -32,11 +32,7 @@ def write_html(job: Job, result: dict, path: str) -> None:
     """Write the report of `result` (analyze(job, ...)) to `path`, replacing it whole (written
     beside it, renamed over it), never through a planted link nor over another user's file
     (safepath). OSError when it cannot be written."""
-    text = render_html(job, result)
-    umask = os.umask(0)
-    os.umask(umask)
-    with create_file(os.fspath(path), 0o666 & ~umask) as f:
-        f.write(text.encode())
+    write_page(render_html(job, result), path)
 
 
 def render_html(job: Job, result: dict) -> str:
@@ -111,8 +107,17 @@ def _finding(f: dict) -> str:
         f'<p class="who">{"; ".join(who)}</p>' if who else "",
         f'<p class="fix"><b>fix:</b> {_e(f["fix"])}</p>',
         f'<p class="confidence">{_e(confidence_line(f))}</p>' if f.get("confidence") else "",
+        _predictions(f.get("fixes") or []),
         "</article>",
     ])
+
+
+def _predictions(fixes: list[dict]) -> str:
+    """The fix's changes with their predicted effect (whatif.py), one item each."""
+    if not fixes:
+        return ""
+    items = "".join(f'<li data-change="{_e(p["change"])}">{_e(whatif.line(p))}</li>' for p in fixes)
+    return f'<div class="predictions"><b>predicted:</b><ul>{items}</ul></div>'
 
 
 def _evidence_table(pairs: list[tuple[str, str, str]]) -> str:
@@ -231,6 +236,31 @@ def _figure(plot: Plot) -> str:
     return f"<figure {attrs}><h3>{_e(plot.title)}</h3>{body}{caption}</figure>"
 
 
+def _head(title: str) -> str:
+    """The page up to <main>: its title and the inlined style sheet."""
+    css = files("slotscope.analyzer").joinpath("report.css").read_text(encoding="utf-8")
+    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            '<meta name="referrer" content="no-referrer">'
+            f"<title>{_e(title)}</title><style>\n{css}</style></head><body><main>")
+
+
+def render_compare_html(title: str, sections: list[tuple[str, list[str], list[list[str]]]]) -> str:
+    """`slotscope compare --html`: compare.tables() as a page."""
+    return "".join([_head(title), f"<h1>{_e(title)}</h1>"]
+                   + [f"<section><h2>{_e(name)}</h2>{_table(head, rows)}</section>" for name, head, rows in sections]
+                   + ["</main></body></html>"])
+
+
+def write_page(text: str, path: str) -> None:
+    """Write a page to `path`, replacing it whole, never through a planted link nor over
+    another user's file (safepath). OSError when it cannot be written."""
+    umask = os.umask(0)
+    os.umask(umask)
+    with create_file(os.fspath(path), 0o666 & ~umask) as f:
+        f.write(text.encode())
+
+
 def _page(result: dict, plots: dict[str, Plot]) -> str:
     sev = _severity(result)
     verdict = result["verdict"] or "nothing to assess"
@@ -240,14 +270,8 @@ def _page(result: dict, plots: dict[str, Plot]) -> str:
     sub = headline(result)
     hosts = sorted({c["host"] or "?" for c in result["captures"]})
     title = f"slotscope: {verdict} ({', '.join(hosts)})" if hosts else f"slotscope: {verdict}"
-    css = files("slotscope.analyzer").joinpath("report.css").read_text(encoding="utf-8")
     out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<meta name=\"referrer\" content=\"no-referrer\">",
-        f"<title>{_e(title)}</title>",
-        f"<style>\n{css}</style></head><body><main>",
+        _head(title),
         f"<h1>slotscope {_e(result.get('slotscope_version'))} report: "
         f"{_e(', '.join(c['path'] for c in result['captures']) or 'no capture')}</h1>",
         f'<section id="verdict" class="banner sev-{sev}" data-verdict="{_e(result["verdict"] or "")}" '

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from . import evidence
+from . import evidence, whatif
 from .job import utc_ns
 from .ranks import rank_name
 from .rpcs import COLUMN_LEGEND, SPLIT, split
@@ -85,6 +85,7 @@ def finding_lines(f: dict, width: int | None = WIDTH) -> list[str]:
     out += wrap("fix: " + f["fix"], "  ", width)
     if f.get("confidence"):
         out += wrap(confidence_line(f), "  ", width)
+    out += [line for p in f.get("fixes") or [] for line in wrap("predicted: " + whatif.line(p), "    ", width)]
     return out
 
 
@@ -251,4 +252,41 @@ def render_text(result: dict) -> str:
                      f"{plural(cap['lost_events'], 'event')} lost, {clock_text(cap.get('clock'))}"
                      + ("" if cap.get("verified", True) else ", segments not verified (written before checksums)"), "")
     out += [f"problem: {p}" for p in result["problems"]]     # unwrapped: they name paths
+    return "\n".join(out)
+
+
+def render_whatif(doc: dict) -> str:
+    """`slotscope whatif`: the model, then per save its measured inputs and predictions, each
+    rank's, and what the model leaves out."""
+    out = [f"what if: {doc['change']}"]
+    out += wrap("model: Little's law per transport: in flight = min(slot limit, what the ranks offer); each "
+                 "WRITE holds its slot for the overhead + wire + the server's time at that load; throughput = in "
+                 "flight x WRITE size / hold, at most the link's speed", "")
+    for save in doc["saves"]:
+        out += ["", f"save {save['number']}" if save["number"] else "the recording", "  measured:"]
+        out += [part for line in save["input_lines"]
+                for part in wrap(line.lstrip(), "    " + line[:len(line) - len(line.lstrip())])] or ["    -"]
+        for p in save["predictions"]:
+            out += wrap(whatif.line(p), "  ")
+            ranks = [r for r in p["ranks"] if r.get("predicted_s") is not None]
+            if ranks:
+                out += wrap("per rank: " + ", ".join(
+                    f"{rank_name(r)} {number(r['measured_s'], like=r['measured_s'])} -> "
+                    f"{number(r['predicted_s'], 's', like=r['predicted_s'])}" for r in ranks[:16])
+                    + (f", ... {len(ranks) - 16} more (--json)" if len(ranks) > 16 else ""), "    ")
+            out += [line for n in p["notes"] for line in wrap(f"note: {n}", "    ")]
+    return "\n".join(out)
+
+
+def render_compare(sections: list[tuple[str, list[str], list[list[str]]]]) -> str:
+    """`slotscope compare`: compare.tables() as aligned columns."""
+    out = []
+    for title, head, rows in sections:
+        widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+        out += ["", title] if out else [title]
+        for row in ([head] if any(head) else []) + rows:
+            # the last column wrapped under itself, the others kept in their columns
+            lead = "  " + "".join(c.ljust(w + 2) for c, w in zip(row[:-1], widths))
+            last = textwrap.wrap(row[-1], max(WIDTH - len(lead), 30), break_on_hyphens=False) or [""]
+            out += [(lead + last[0]).rstrip()] + [" " * len(lead) + part for part in last[1:]]
     return "\n".join(out)

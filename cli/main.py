@@ -127,14 +127,18 @@ def _analyze(args) -> int:
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
-    written = f"HTML report written to {os.path.abspath(args.html)}" if args.html else None
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
+    return _output(result, args.json, render_text, args.html and f"HTML report written to {os.path.abspath(args.html)}")
+
+
+def _output(doc: dict, as_json: bool, render, written: str | None) -> int:
+    """A command's result: one JSON document on stdout, or its text; where an HTML file went."""
+    if as_json:
+        json.dump(doc, sys.stdout, indent=2)
         print()
         if written:         # on stderr: stdout stays one JSON document
             print(f"slotscope: {written}", file=sys.stderr)
     else:
-        print(render_text(result))
+        print(render(doc))
         if written:
             print(f"\n{written}")
     return 0
@@ -164,6 +168,79 @@ def _analyze_mountstats(args) -> int:
     else:
         print(render(result))
     return 0
+
+
+def _whatif(args) -> int:
+    from slotscope.analyzer import whatif
+    from slotscope.analyzer.analysis import context
+    from slotscope.analyzer.job import between
+    from slotscope.analyzer.report_text import render_whatif
+    from slotscope.analyzer.saves import find_saves
+    from slotscope.analyzer.thresholds import Thresholds
+    from slotscope.capture.reader import CaptureError
+
+    if args.local_mbps is not None and not args.local_then_copy:
+        print("slotscope: --local-mbps goes with --local-then-copy", file=sys.stderr)
+        return 2
+    change = whatif.Change(slots=args.slots, session_slots=args.session_slots, nconnect=args.nconnect,
+                           write_size=args.write_size, buffered=args.buffered, local_then_copy=args.local_then_copy,
+                           local_mbps=args.local_mbps or whatif.LOCAL_MBPS)
+    if change.text() == whatif.NO_CHANGE:
+        print("slotscope: whatif needs a change (--slots, --session-slots, --nconnect, --write-size, --buffered "
+              "or --local-then-copy)", file=sys.stderr)
+        return 2
+    job = _open_job(args.captures)
+    if job is None:
+        return 1
+    th = Thresholds()
+    try:
+        saves = find_saves(job, th.save_gap_s)
+        windows = [(s.number, between(job, s.start_ns, s.end_ns)) for s in saves] or [(None, job)]
+        doc = {"change": change.text(), "model": whatif.MODEL, "saves": []}
+        for number, part in windows:
+            measured, why = whatif.measure(context(part, th))
+            doc["saves"].append({"number": number, "inputs": [whatif.inputs_json(t) for t in measured],
+                                 "input_lines": [line for t in measured for line in whatif.inputs_lines(t)],
+                                 "predictions": [p.as_json() for p in whatif.predict(measured, why, change)]})
+    except CaptureError as exc:
+        print(f"slotscope: {exc}", file=sys.stderr)
+        return 1
+    return _output(doc, args.json, render_whatif, None)
+
+
+def _compare(args) -> int:
+    from slotscope.analyzer.analysis import analyze
+    from slotscope.analyzer.compare import compare, tables
+    from slotscope.analyzer.report_text import render_compare
+    from slotscope.capture.meta import slotscope_version
+    from slotscope.capture.reader import CaptureError
+
+    before = args.before or args.captures[:1]
+    after = args.after or args.captures[1:]
+    if args.captures and (args.before or args.after) or len(before) < 1 or len(after) < 1 \
+            or (not args.before and len(args.captures) != 2):
+        print("slotscope: compare BEFORE AFTER, or --before CAPTURE... --after CAPTURE...", file=sys.stderr)
+        return 2
+    jobs = [_open_job(paths) for paths in (before, after)]
+    if None in jobs:
+        return 1
+    try:
+        results = [analyze(job, slotscope_version()) for job in jobs]
+        doc = compare(*jobs, *results)
+        sections = tables(doc)
+        if args.html:
+            from slotscope.analyzer.report_html import render_compare_html, write_page
+            try:
+                write_page(render_compare_html(f"slotscope compare: {' '.join(before)} -> {' '.join(after)}",
+                                               sections), args.html)
+            except (UnsafePath, OSError) as exc:
+                print(f"slotscope: {exc}", file=sys.stderr)
+                return 1
+    except CaptureError as exc:
+        print(f"slotscope: {exc}", file=sys.stderr)
+        return 1
+    return _output(doc, args.json, lambda _: render_compare(sections),
+                   args.html and f"HTML comparison written to {os.path.abspath(args.html)}")
 
 
 def _holds_rows(job) -> bool:
@@ -262,14 +339,20 @@ def _export(args) -> int:
     return 0
 
 
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: want a positive number of seconds")
-    return value
+def positive_number(unit: str):
+    """A parser of a positive number of `unit` on the command line."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: want a positive number of {unit}")
+        return value
+    return parse
+
+
+positive_seconds = positive_number("seconds")
 
 
 SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -383,6 +466,39 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--interval", type=positive_seconds, metavar="SECONDS",
                    help="with two --mountstats files: the seconds between the two copies")
     a.set_defaults(func=_analyze)
+
+    w = sub.add_parser("whatif", help="predict each save's duration under a change (slots, nconnect, write size...)",
+                       description="Predict each save's duration, the job's and each rank's, under a change, "
+                                   "with a range, from Little's law on what the capture measured: round trips, "
+                                   "the server's time against the RPCs in flight, WRITE sizes, the slot limit, "
+                                   "the link's speed. Prints the model's inputs, and 'cannot predict' with why "
+                                   "where the capture lacks one.")
+    w.add_argument("captures", nargs="+", metavar="CAPTURE", help="captures of one job (one per node)")
+    w.add_argument("--slots", type=positive_int, metavar="N", help="transport slots per connection "
+                   "(sunrpc.tcp_max_slot_table_entries)")
+    w.add_argument("--session-slots", type=positive_int, metavar="N", help="NFSv4.1 session slots")
+    w.add_argument("--nconnect", type=positive_int, metavar="N", help="TCP connections per mount")
+    w.add_argument("--write-size", type=positive_int, metavar="BYTES", help="bytes per write() (still synchronous)")
+    w.add_argument("--buffered", action="store_true", help="write through the page cache, flush and COMMIT once "
+                                                           "per file")
+    w.add_argument("--local-then-copy", action="store_true", help="save to local disk, copy to NFS in the "
+                                                                  "background: the blocking time and the copy's")
+    w.add_argument("--local-mbps", type=positive_number("MB/s"), metavar="M", help="the local disk's write speed in MB/s "
+                   "(default 1000, a datacentre NVMe SSD's sustained write, conservatively)")
+    w.add_argument("--json", action="store_true", help="machine output")
+    w.set_defaults(func=_whatif)
+
+    c = sub.add_parser("compare", help="the same job before and after a change: what changed, what it bought",
+                       description="Compare two recordings of the same job, before and after a change: what "
+                                   "changed (mount options, sysctls, kernel; write sizes and stability), the saves "
+                                   "and ranks side by side, whether each symptom of BEFORE is gone, and the error "
+                                   "of BEFORE's prediction for that change (slotscope whatif).")
+    c.add_argument("captures", nargs="*", metavar="BEFORE AFTER", help="one capture each")
+    c.add_argument("--before", nargs="+", metavar="CAPTURE", help="the job's captures before (one per node)")
+    c.add_argument("--after", nargs="+", metavar="CAPTURE", help="the job's captures after")
+    c.add_argument("--json", action="store_true", help="machine output")
+    c.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained HTML page")
+    c.set_defaults(func=_compare)
 
     from slotscope.capture.tables import TABLES
     du = sub.add_parser("dump", help="print one table of a capture")

@@ -27,6 +27,20 @@ The model (times are ns since the capture started, on the host's CLOCK_MONOTONIC
   every `timeo_ds`/10 s until then. The kernel logs "not responding" at the first major
   timeout (timeo x (retrans+1) after a transmission; its linear TCP back-off simplified)
   and "OK" at the first reply after one.
+- nconnect: the transport's `slots` are per connection, so nconnect connections hold
+  slots x nconnect (one pool: the kernel's round robin over connections is not modelled).
+  session_slots makes the mount NFSv4.1: an RPC takes one of that many session slots,
+  shared by every connection, and the transport's slots do not limit (the kernel lifts
+  them for v4.1 transports, VM-RIG.md); its wait is session sleep, not slot wait.
+- server_threads=k: the server answers with k threads, each busy `server_ms` per RPC
+  (FIFO), so the round trip grows with the number in flight once more than k are; the
+  rest of rtt_ms is the network. link_bps caps the wire (the netdev speed says it).
+- cpu_us: the rank computes that long before each write() (the client's own time).
+- mode "local_copy": each rank writes its file to a local disk of local_mbps MB/s shared
+  by all ranks (not traced: not NFS) and is free; a copier (pid 3000+rank, the rank's
+  identity) then writes it to NFS through the page cache (close: flush and COMMIT).
+- nfs_probes=False: a kernel without the sunrpc/NFS tracepoints (no rpc, nfs_io, slots);
+  sysctls=False: no sunrpc sysctls in meta.json (the slot limit unknown).
 - hung_rank: that rank's last RPC is never answered (outstanding at stop, as the agent
   writes those: complete=0, age_ns); its last syscall is killed after `hung_s` (-EINTR),
   or with hung_returns=False is still blocked when recording stops `hung_s` after it began.
@@ -67,10 +81,13 @@ class Sim:
     """The event loop. Processes are generators that yield a sleep (ns), ("submit", rpcs) or
     ("wait", rpcs, cpu_before, cpu_after) and are sent the time they resume at."""
 
-    def __init__(self, slots, rtt, commit, wire_bps, freeze, timeo):
+    def __init__(self, slots, rtt, commit, wire_bps, freeze, timeo, threads=None, server=0):
         self.heap, self.seq, self.rpcs = [], itertools.count(), []
         self.free, self.backlog, self.link_free = slots, deque(), 0
         self.rtt, self.commit, self.wire_bps, self.freeze, self.timeo = rtt, commit, wire_bps, freeze, timeo
+        # the server's threads, as the times each is free again (arrivals come in grant order:
+        # the wire is FIFO, so a reply can be computed when its slot is granted)
+        self.threads, self.server = [0] * threads if threads else None, server
 
     def at(self, t, fn, *args):
         heapq.heappush(self.heap, (t, next(self.seq), fn, args))
@@ -112,6 +129,11 @@ class Sim:
         r.first_tx = max(t + 4 * US, wire_start - SNDBUF * 8 * S // self.wire_bps)
         service = self.commit if r.proc == "COMMIT" else self.rtt
         r.reply = r.wire_end + service
+        if self.threads is not None:      # queued at the server for a free thread
+            arrive = r.wire_end + (service - self.server) // 2
+            start = max(arrive, heapq.heappop(self.threads))
+            heapq.heappush(self.threads, start + self.server)
+            r.reply = start + self.server + (service - self.server) // 2
         if self.freeze and r.first_tx < self.freeze[1] and r.reply > self.freeze[0]:
             r.reply = max(r.reply, self.freeze[1] + service)
             r.timeouts = (r.reply - r.first_tx - 1) // self.timeo
@@ -133,40 +155,46 @@ class Sim:
 def _rank(p, m, rows):
     """One rank's save; appends its syscall rows (enter, exit, tgid, name, fd, ret, flags, path, ino)."""
     now = yield p["delay"]
+    pid = p["pid"]
+    if m["mode"] == "local_copy":     # the local write (untraced), then the copier's buffered copy
+        now = yield p["bytes"] * S // m["local_share_Bps"]
+        p["blocking_end"], pid = now, p["copier"]
     for i in range(m["meta_ops"]):
         t0 = now
-        now = yield ("wait", [Rpc("GETATTR" if i % 2 else "LOOKUP", p["pid"])])
-        rows.append((t0, now, p["pid"], "newfstatat", -100, 0, 0, "/mnt/ckpt/step100", None))
+        now = yield ("wait", [Rpc("GETATTR" if i % 2 else "LOOKUP", pid)])
+        rows.append((t0, now, pid, "newfstatat", -100, 0, 0, "/mnt/ckpt/step100", None))
     t0 = now
-    now = yield ("wait", [Rpc("CREATE", p["pid"])])
+    now = yield ("wait", [Rpc("CREATE", pid)])
     flags = O_CREAT_TRUNC_WRONLY | (O_SYNC if m["mode"] == "osync" else 0)
-    rows.append((t0, now, p["pid"], "openat", -100, 3, flags, p["file"], p["ino"]))
+    rows.append((t0, now, pid, "openat", -100, 3, flags, p["file"], p["ino"]))
     offsets = range(0, p["bytes"], m["write_bytes"])
     for off in offsets:
+        if m["cpu_ns"]:
+            now = yield m["cpu_ns"]
         t0, size = now, min(m["write_bytes"], p["bytes"] - off)
         if m["mode"] == "osync":
-            rpc = Rpc("WRITE", p["pid"], size, 2, p["ino"], off, lost=p["hung"] and off == offsets[-1])
+            rpc = Rpc("WRITE", pid, size, 2, p["ino"], off, lost=p["hung"] and off == offsets[-1])
             if rpc.lost:
                 yield ("submit", [rpc], 15 * US)
-                return (yield from _hang(m, rows, (t0, None, p["pid"], "write", 3, -4, 0, p["file"], p["ino"])))
+                return (yield from _hang(m, rows, (t0, None, pid, "write", 3, -4, 0, p["file"], p["ino"])))
             now = yield ("wait", [rpc], 15 * US, 5 * US)       # the syscall's own CPU before and after
         else:
             now = yield 2 * US + size // 4
-        rows.append((t0, now, p["pid"], "write", 3, size, 0, p["file"], p["ino"]))
+        rows.append((t0, now, pid, "write", 3, size, 0, p["file"], p["ino"]))
     for call in (["fsync", "close"] if m["mode"] == "fsync" else ["close"]):
         t0 = now
-        if call == "fsync" or m["mode"] == "buffered":
-            owner = KWORKER if call == "close" else p["pid"]
+        if call == "fsync" or m["mode"] in ("buffered", "local_copy"):
+            owner = KWORKER if call == "close" else pid
             now = yield ("wait", [Rpc("WRITE", owner, min(m["wsize"], p["bytes"] - o), 0, p["ino"], o)
                                   for o in range(0, p["bytes"], m["wsize"])])
-            commit = Rpc("COMMIT", p["pid"], 0, 0, p["ino"], 0, lost=p["hung"])
+            commit = Rpc("COMMIT", pid, 0, 0, p["ino"], 0, lost=p["hung"])
             if commit.lost:
                 yield ("submit", [commit])
-                return (yield from _hang(m, rows, (t0, None, p["pid"], call, 3, -4, 0, p["file"], p["ino"])))
+                return (yield from _hang(m, rows, (t0, None, pid, call, 3, -4, 0, p["file"], p["ino"])))
             now = yield ("wait", [commit])
         else:
             now = yield 20 * US
-        rows.append((t0, now, p["pid"], call, 3, 0, 0, p["file"], p["ino"]))
+        rows.append((t0, now, pid, call, 3, 0, 0, p["file"], p["ino"]))
 
 
 def _hang(m, rows, call):
@@ -182,7 +210,9 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
          write_bytes=4096, mode="osync", slots=4, rtt_ms=20.0, commit_ms=None, link_bps=10e9,
          wsize=1 << 20, mono_start_ns=5_000 * S, realtime_start_ns=START_NS, lead_s=1.0, stagger_ms=0.2,
          freeze=None, timeo_ds=600, retrans=2, slow_rank=None, metadata_ops_per_rank=0, hung_rank=None,
-         hung_s=60.0, hung_returns=True, lost_events=0, netdev=True, sampled_s=None) -> dict:
+         hung_s=60.0, hung_returns=True, lost_events=0, netdev=True, nconnect=1, session_slots=None,
+         server_threads=None, server_ms=None, cpu_us=0, local_mbps=None, nfs_probes=True, sysctls=True,
+         sampled_s=None) -> dict:
     """Simulate the save, write its capture at `path` and return the manifest (times in UTC ns).
 
     Ranks first_rank.. first_rank+ranks-1 enter the save `lead_s` after the capture starts,
@@ -192,19 +222,24 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
     sampled_s: the capture `record --no-bpf` would write, sampling every sampled_s seconds
     (mountstats counters per interval and thread samples instead of traced RPCs and syscalls);
     the manifest's "mountstats" then holds the copies of /proc/self/mountstats it read."""
-    assert mode in ("osync", "buffered", "fsync")
+    assert mode in ("osync", "buffered", "fsync", "local_copy")
+    assert (mode == "local_copy") == (local_mbps is not None)
     lead, rtt = int(lead_s * S), int(rtt_ms * MS)
     frozen = freeze and (lead + int(freeze[0] * S), lead + int(freeze[1] * S))
     commit = int((rtt_ms if commit_ms is None else commit_ms) * MS)
-    sim = Sim(slots, rtt, commit, int(link_bps or 10e9), frozen, timeo_ds * S // 10)
+    limit = slots * nconnect if session_slots is None else session_slots
+    session_bound = session_slots is not None
+    sim = Sim(limit, rtt, commit, int(link_bps or 10e9), frozen, timeo_ds * S // 10, server_threads,
+              int((server_ms if server_ms is not None else rtt_ms) * MS))
     model = {"mode": mode, "write_bytes": write_bytes, "wsize": wsize, "meta_ops": metadata_ops_per_rank,
-             "hung_ns": int(hung_s * S), "hung_returns": hung_returns, "open": []}
+             "hung_ns": int(hung_s * S), "hung_returns": hung_returns, "open": [], "cpu_ns": int(cpu_us * US),
+             "local_share_Bps": int(local_mbps * 1e6 / ranks) if local_mbps else None}
     people, rows = [], []
     for i, rank in enumerate(range(first_rank, first_rank + ranks)):
         factor = slow_rank[1] if slow_rank and slow_rank[0] == rank else 1
         people.append({"rank": rank, "pid": 1000 + rank, "bytes": int(file_bytes * factor), "ino": 128000 + rank,
                        "delay": lead + int(i * stagger_ms * MS), "file": f"/mnt/ckpt/step100/rank{rank}.pt",
-                       "hung": rank == hung_rank})
+                       "hung": rank == hung_rank, "copier": 3000 + rank, "blocking_end": None})
         sim.at(0, sim.step, _rank(people[-1], model, rows), True)
     sim.run()
 
@@ -221,8 +256,13 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
     kmsg = _kmsg(cols, stop, sim.timeo * (retrans + 1))
 
     w = CaptureWriter(str(path))
-    w.write_meta(_meta(host, mono_start_ns, realtime_start_ns, stop, slots, link_bps, wsize, timeo_ds, retrans,
-                       lost_events, sampled_s))
+    meta = _meta(host, mono_start_ns, realtime_start_ns, stop, slots, link_bps, wsize, timeo_ds, retrans,
+                 lost_events, nconnect, session_slots, sampled_s)
+    if not sysctls:
+        del meta["sunrpc"]
+    if not nfs_probes:
+        meta["probes"]["attached"].update(nfs=False, sunrpc=False)
+    w.write_meta(meta)
     texts = None
     if sampled_s:
         step = int(sampled_s * S)
@@ -232,16 +272,17 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
         w.append("ms_xprt", _ms_table("ms_xprt", texts, realtime_start_ns - mono_start_ns))
         w.append("thread_samples", _thread_samples(rows, model["open"], stop, cols, people, mode, grid[1:],
                                                    mono_start_ns))
-    elif sim.rpcs:
-        w.append("rpc", _rpc(cols, stop, mono_start_ns))
+    elif sim.rpcs and nfs_probes:
+        w.append("rpc", _rpc(cols, stop, mono_start_ns, session_bound))
         w.append("nfs_io", _nfs_io(cols, mono_start_ns))
-        w.append("slots", _slots(cols, mono_start_ns))
+        w.append("slots", _slots(cols, mono_start_ns, session_bound))
     if rows and not sampled_s:
         w.append("syscall", _syscalls(rows, mono_start_ns))
     blocked = _blocked(rows, model["open"], stop, mono_start_ns) if "blocked" in TABLES and not sampled_s else None
     if blocked is not None:
         w.append("blocked", blocked)
-    w.append("procs", _procs(people, first_rank, world_size or first_rank + ranks, mono_start_ns + lead // 2))
+    w.append("procs", _procs(people, first_rank, world_size or first_rank + ranks, mono_start_ns + lead // 2,
+                             mode == "local_copy"))
     if netdev:
         w.append("netdev", _netdev(cols, stop, link_bps, mono_start_ns))
     if kmsg and not sampled_s:
@@ -282,14 +323,16 @@ def _manifest(path, host, mode, slots, rtt, write_bytes, real0, mono0, stop, row
         "timeouts": int(cols["timeouts"].sum()), "outstanding": int((~cols["done"]).sum()),
         "lost_events": lost_events,
         "ranks": [{"rank": p["rank"], "pid": p["pid"], "host": host, "bytes": p["bytes"], "ino": p["ino"],
-                   "file": p["file"], "hung": p["hung"], **per_pid[p["pid"]],
+                   "file": p["file"], "hung": p["hung"], **(per_pid.get(p["pid"]) or per_pid[p["copier"]]),
+                   "blocking_end": p["blocking_end"] and real0 + p["blocking_end"],
                    "blocked_since": next((real0 + c[0] for c in still if c[2] == p["pid"]), None)}
                   for p in people],
     }
 
 
-def _rpc(c, stop, mono0):
-    """The rpc table as the agent writes it; backlog/rtt/execute as rpc_stats_latency defines them."""
+def _rpc(c, stop, mono0, session_bound=False):
+    """The rpc table as the agent writes it; backlog/rtt/execute as rpc_stats_latency defines them.
+    session_bound: the wait for a slot is for an NFSv4.1 session slot (session sleep)."""
     n, done = c["proc"].size, c["done"]
 
     def mono(a):
@@ -298,13 +341,17 @@ def _rpc(c, stop, mono0):
     def us(a):
         return np.where(done, a // US, 0)
 
-    slot_wait = c["reserved"] - c["begin"] - 1 * US
+    waited = c["reserved"] - c["begin"] - 1 * US
+    none = np.zeros_like(waited)
+    # the wait for a transport slot, or on NFSv4.1 for a session slot (session sleep)
+    slot_wait, session_wait = (none, waited) if session_bound else (waited, none)
     t = {"ts_begin": mono(c["begin"]), "ts_end": mono(np.where(done, c["end"], 0)),
          "ts_reserve_start": mono(c["begin"] + 1 * US), "ts_reserved": mono(c["reserved"]),
          "ts_transmit_start": mono(c["reserved"] + 2 * US), "ts_first_tx": mono(c["first_tx"]),
          "ts_last_tx": mono(c["last_tx"]), "backlog_us": us(c["last_tx"] - c["begin"]),
          "rtt_us": us(c["reply"] - c["last_tx"]), "execute_us": us(c["end"] - c["begin"]),
-         "backlog_sleep_ns": slot_wait, "sending_sleep_ns": np.maximum(c["first_tx"] - c["reserved"] - 4 * US, 0),
+         "backlog_sleep_ns": slot_wait, "session_sleep_ns": session_wait,
+         "sending_sleep_ns": np.maximum(c["first_tx"] - c["reserved"] - 4 * US, 0),
          "pending_sleep_ns": np.where(done, c["reply"], stop) - c["first_tx"],
          "fileid": c["fileid"], "io_offset": c["offset"], "io_count": c["count"], "io_stable": c["stable"],
          "io_dev": np.full(n, DEV), "task_id": np.arange(n) & 0xFFFF, "client_id": np.full(n, CLIENT_ID),
@@ -342,7 +389,7 @@ def _blocked(rows, still, stop, mono0):
     return pa.Table.from_pylist(snaps, schema=schema("blocked")) if snaps else None
 
 
-def _procs(people, first_rank, world, ts):
+def _procs(people, first_rank, world, ts, copiers=False):
     def row(tgid, comm, rank=None, ppid=900):
         env = [] if rank is None else [("RANK", str(rank)), ("LOCAL_RANK", str(rank - first_rank)),
                                        ("WORLD_SIZE", str(world))]
@@ -352,6 +399,7 @@ def _procs(people, first_rank, world, ts):
                 "world_size": None if rank is None else world, "rank_env": env,
                 "rank_source": "none" if rank is None else "env", "inherited_from": None, "complete": True}
     return pa.Table.from_pylist([row(p["pid"], "python", p["rank"]) for p in people]
+                                + [row(p["copier"], "cp", p["rank"], p["pid"]) for p in people if copiers]
                                 + [row(KWORKER, "kworker/u16:2", ppid=2)], schema=PROCS)
 
 
@@ -380,8 +428,9 @@ def _nfs_io(c, mono0):
     return pa.concat_tables(parts).sort_by("ts")
 
 
-def _slots(c, mono0):
-    """One row per change of the client's occupancy: +1/-1 steps of in_use, backlog, sending, pending."""
+def _slots(c, mono0, session_bound=False):
+    """One row per change of the client's occupancy: +1/-1 steps of in_use, backlog (session_wait
+    when the session table is the limit), sending, pending."""
     done = c["done"]
     waited = c["reserved"] > c["begin"] + 1 * US
     queued = c["first_tx"] > c["reserved"] + 4 * US
@@ -394,8 +443,9 @@ def _slots(c, mono0):
     order = np.lexsort((delta.sum(axis=1), ts))          # at one instant, releases first
     level = np.cumsum(delta[order], axis=0)
     n = ts.size
-    return _table(SLOTS, {"ts": ts[order] + mono0, "in_use": level[:, 0], "backlog": level[:, 1],
-                          "session_wait": np.zeros(n), "sending": level[:, 2], "pending": level[:, 3],
+    waiting = ("session_wait", "backlog") if session_bound else ("backlog", "session_wait")
+    return _table(SLOTS, {"ts": ts[order] + mono0, "in_use": level[:, 0], waiting[0]: level[:, 1],
+                          waiting[1]: np.zeros(n), "sending": level[:, 2], "pending": level[:, 3],
                           "client_id": np.full(n, CLIENT_ID), "server": np.full(n, f"{SERVER}:{PORT}", object)})
 
 
@@ -427,9 +477,12 @@ def _kmsg(c, stop, major_ns):
     return out
 
 
-def _meta(host, mono0, real0, stop, slots, link_bps, wsize, timeo, retrans, lost, sampled_s=None):
+def _meta(host, mono0, real0, stop, slots, link_bps, wsize, timeo, retrans, lost, nconnect=1, session=None,
+          sampled_s=None):
     pair = lambda t: {"monotonic_ns": mono0 + t, "realtime_ns": real0 + t, "uncertainty_ns": 2000}  # noqa: E731
-    opts = (f"rw,relatime,vers=3,rsize={wsize},wsize={wsize},namlen=255,hard,proto=tcp,timeo={timeo},"
+    vers = "3" if session is None else "4.1"
+    opts = (f"rw,relatime,vers={vers},rsize={wsize},wsize={wsize},namlen=255,hard,proto=tcp,nconnect={nconnect},"
+            f"timeo={timeo},"
             f"retrans={retrans},sec=sys,mountaddr={SERVER},mountvers=3,mountproto=udp,local_lock=none,addr={SERVER}")
     return {
         "format": "slotscope-capture", "schema_version": 1, "slotscope_version": "0.1.0", "host": host,
@@ -437,13 +490,14 @@ def _meta(host, mono0, real0, stop, slots, link_bps, wsize, timeo, retrans, lost
         "command": "slotscope record -o /var/tmp/capture --fs nfs", "agent_pid": 500,
         "start": pair(0), "stop": pair(stop), "stop_reason": "SIGINT",
         "filters": {"cgroup": None, "command": False, "fs": ["nfs", "nfs4"], "paths": [], "pids": []},
-        "nfs_mounts": [{"mountpoint": "/mnt/ckpt", "source": f"{SERVER}:/export", "fstype": "nfs", "dev": DEV,
-                        "vers": "3", "proto": "tcp", "nconnect": "1", "wsize": str(wsize), "rsize": str(wsize),
+        "nfs_mounts": [{"mountpoint": "/mnt/ckpt", "source": f"{SERVER}:/export",
+                        "fstype": "nfs" if session is None else "nfs4", "dev": DEV,
+                        "vers": vers, "proto": "tcp", "nconnect": str(nconnect), "wsize": str(wsize), "rsize": str(wsize),
                         "hard": True, "timeo": str(timeo), "retrans": str(retrans), "server": SERVER,
                         "options": opts}],
         "sunrpc": {"tcp_slot_table_entries": "2", "tcp_max_slot_table_entries": str(slots),
                    "udp_slot_table_entries": "16", "min_resvport": "665", "max_resvport": "1023",
-                   "nfs_max_session_slots": "64"},
+                   "nfs_max_session_slots": str(session or 64)},
         "nics": [{"name": "lo", "speed_mbps": None},
                  {"name": "eth0", "speed_mbps": int(link_bps // 1e6) if link_bps else None}],
         "probes": {"attached": {"kmsg": True, "netdev": True, "nfs": True, "sunrpc": True,
