@@ -21,7 +21,7 @@ from .report_text import rank_ranges
 from .rpcs import by_proc
 from .saves import Save, find_saves, trend
 from .thresholds import Thresholds
-from .transports import transport_table
+from .transports import link_util, transport_table
 from .units import gbps, mbps, number, pct
 from . import whatif
 
@@ -90,6 +90,8 @@ def kernel_check(job: Job, rpc: pa.Table | None) -> list[dict]:
     out = []
     for cap in job.captures:
         if not cap.whole:      # mountstats cover the whole recording, not a window of it
+            continue
+        if "sampled" in cap.meta:       # its counts are mountstats' own: no traced RPC to check
             continue
         host = cap.meta.get("host", "?")
         kernel: dict[str, int] = {}
@@ -229,6 +231,8 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
     ctx = context(job, th, kernel_log)
     ranks, rpc, window, transports = ctx.ranks, ctx.rpc, ctx.window, ctx.transports
     counters = sampled.from_job(job)
+    if counters:
+        counters.link_util = link_util(ctx.transports)
     findings = find(ctx, sampled.detect(counters, th) if counters else [])
     predict_fixes(ctx, findings)
     notes = []

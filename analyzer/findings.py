@@ -26,7 +26,7 @@ from .job import Job, iso_utc, partition, with_host
 from .ranks import RANK_KEYS, blocked_calls, rank_key, rank_name, with_identity
 from .rpcs import METADATA_PROCS, silences
 from .thresholds import Thresholds
-from .transports import server_addr
+from .transports import link_util, server_addr
 from .report_text import rank_ranges
 from .units import byte_rate, ms, pct, plural, rate, size
 
@@ -328,8 +328,7 @@ def flush_commit_stall(ctx: Context) -> list[Finding]:
         return []
     flush_s = median(r["flush_ns"] / S for r in savers)
     share = median(r["flush_ns"] / S / r["save_s"] for r in savers)
-    utils = [tr["link"]["mean_util"] for tr in ctx.transports if tr["link"] and tr["link"]["mean_util"] is not None]
-    util = max(utils) if utils else None
+    util = link_util(ctx.transports)
     if flush_s < th.flush_min_s or share < th.flush_share or (util is not None and util >= th.flush_link_util):
         return []
     stalled = [r for r in savers if r["flush_ns"] / S >= th.flush_min_s and r["flush_ns"] / S / r["save_s"] >= th.flush_share]

@@ -89,6 +89,7 @@ class Counters:
     samples: pa.Table | None
     interval_ns: int
     limits: dict            # (host, server) -> (transport slots, session slots, the mount from meta)
+    link_util: float | None = None      # the busiest link's mean use (NIC counters), None: unknown
 
     def confidence(self) -> str:
         every = f"{self.interval_ns / S:g} s"
@@ -234,7 +235,8 @@ def slot_saturation(c: Counters, th: Thresholds) -> list[Finding]:
             summary += (f". Bandwidth paradox: {size(achieved)}/s is {pct(ev['throughput_vs_ceiling'])} of the "
                         f"{limit} slots x {size(write_bytes)} / {ms(rtt, thousands=False)} ms ceiling")
         start, end = _span(w["ts"], busy, c.interval_ns)
-        ranks, per_rank = _ranks(c, start, end, lambda k, call: k == "rpc" and call in WRITE_SYSCALLS, key[0])
+        # an O_SYNC or O_DIRECT write waits on its pages' writeback (whose WRITEs wait for slots)
+        ranks, per_rank = _ranks(c, start, end, lambda k, call: k in NFS_WAITS and call in WRITE_SYSCALLS, key[0])
         ev["per_rank"] = per_rank
         tr = {"mount": mount, "max_slots": slots, "session_slots": session, "xprts": []}
         out.append(Finding("slot_saturation", "critical" if frac >= th.saturated_share_critical else "warning",
@@ -322,7 +324,8 @@ def flush_commit_stall(c: Counters, th: Thresholds) -> list[Finding]:
         return []
     flush_s = median(v[0] * c.interval_ns / S for v in per.values())
     share = median(v[0] / v[1] for v in per.values())
-    if flush_s < th.flush_min_s or share < th.flush_share:
+    util = c.link_util
+    if flush_s < th.flush_min_s or share < th.flush_share or (util is not None and util >= th.flush_link_util):
         return []
     stalled = {k: v for k, v in per.items() if v[0] * c.interval_ns / S >= th.flush_min_s and v[0] / v[1] >= th.flush_share}
     calls = sum((v[2] for v in per.values()), Counter())
@@ -332,13 +335,17 @@ def flush_commit_stall(c: Counters, th: Thresholds) -> list[Finding]:
     commit_bound = commit_rtt_ms * n / 1e3 >= 0.3 * sum(v[0] for v in per.values()) * c.interval_ns / S
     summary = (f"ranks were sampled in {'/'.join(calls)} in {pct(share)} of their samples on the mount "
                f"({flush_s:.1f} s, median): waiting for dirty pages to reach the server")
+    if util is not None:
+        summary += f", with the link at {pct(util)}"
     if commit_bound:
         summary += f"; {plural(n, 'COMMIT')} took {commit_rtt_ms:.0f} ms each at the server"
-    else:
-        summary += "; the link's use is not judged from samples, so a flush that keeps it busy looks the same"
+    elif util is None:
+        summary += "; the link's capacity is unknown, so a flush that keeps it busy cannot be told from a stall"
     start = min(v[3] for v in (stalled or per).values()) - c.interval_ns
     end = max(v[4] for v in (stalled or per).values())
-    return [Finding("flush_commit_stall", "warning" if commit_bound else "info", summary, start, end, ev, fix,
+    ev["link_mean_util"] = util
+    return [Finding("flush_commit_stall", "warning" if util is not None or commit_bound else "info", summary,
+                    start, end, ev, fix,
                     sorted(rank for rank, _ in stalled if rank is not None), list(calls), servers)]
 
 

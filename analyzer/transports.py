@@ -88,7 +88,7 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
     time series the findings and the report use (keys starting with '_' stay out of JSON)."""
     slots = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("slots")}
     kernel_rows = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("xprt")}
-    keys = {(cap.meta.get("host", "?"), server) for name in ("rpc", "slots", "xprt")
+    keys = {(cap.meta.get("host", "?"), server) for name in ("rpc", "slots", "xprt", "ms_xprt")
             for cap, t in job.per_capture(name) for server in pc.unique(t["server"]).to_pylist()}
     out = []
     for host, server in sorted(keys, key=lambda k: (k[0], k[1] or "")):
@@ -161,6 +161,12 @@ def xprt_entries(rows: pa.Table, offset_ns: int, window: tuple[int, int] | None)
                     "backlog_peak": int(cols["backlog"][inside].max()),
                     "saturated_fraction": float((occ.durations(t0, t1) * full).sum()) / max(t1 - t0, 1)})
     return out
+
+
+def link_util(transports: list[dict]) -> float | None:
+    """The busiest link's mean use over the save, of the transports whose link speed is known."""
+    utils = [tr["link"]["mean_util"] for tr in transports if tr["link"] and tr["link"]["mean_util"] is not None]
+    return max(utils) if utils else None
 
 
 def link_usage(job: Job, host: str, addr: str | None, window: tuple[int, int] | None) -> dict | None:

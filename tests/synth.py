@@ -579,7 +579,8 @@ def _thread_samples(rows, still, stop, c, people, mode, grid, mono0):
                 _, _, _, name, fd, _, _, file, ino = mine[i]
                 if name == "write" and mode != "osync":
                     wait = (None, "R")
-                elif name in ("fsync", "close") and t < commit_at.get(ino, stop):
+                elif name == "write" or (name in ("fsync", "close") and t < commit_at.get(ino, stop)):
+                    # an O_SYNC write, like fsync, waits on its pages' writeback (6.1 in the VM rig)
                     wait = ("folio_wait_bit_common", "D")
                 else:
                     wait = ("rpc_wait_bit_killable", "D")
