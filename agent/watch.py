@@ -19,6 +19,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from slotscope.capture.writer import CaptureWriteError
 
 from .files import mount_tables, traced_devs
@@ -28,7 +30,7 @@ from .meta import clock_pair
 from .metrics import Metrics, serve
 from .probes import DRAIN_EVERY
 from .recorder import Recorder, RecordError, RecordOptions, _refuse_traced_output
-from .conditions import SlotFull, blocked_for, not_responding
+from .conditions import SlotFull, blocked_for, not_responding, slow_save
 from .triggers import REARM_S, Arming
 
 KEEP_S = 120.0              # --keep
@@ -51,6 +53,8 @@ class WatchOptions(RecordOptions):
     max_disk: int = MAX_DISK
     metrics: str | None = None                       # ADDR:PORT
     per_process: int = 0                             # 0: no per-process series; else their cap
+    saves: object | None = None                      # slow_save's clock: feed(rows, now_ns) -> a save ended
+                                                     # (durations_s); given by the cli (analyzer.saves.SaveClock)
 
 
 def journal_stderr() -> bool:
@@ -86,7 +90,7 @@ class Watcher(Recorder):
         self._reset_seen()
 
     def _reset_seen(self) -> None:
-        self._blocked_ns, self._blocked_call, self._kmsg_line = 0, None, None
+        self._blocked_ns, self._blocked_call, self._kmsg_line, self._save_ended = 0, None, None, False
 
     # ---- the recorder's hooks ----
     def open(self) -> None:
@@ -170,6 +174,8 @@ class Watcher(Recorder):
             ns, call = blocked_for(rows if name == "blocked" else None, rows if name == "syscall" else None)
             if ns > self._blocked_ns:
                 self._blocked_ns, self._blocked_call = ns, call
+        if name == "syscall" and self.opts.saves is not None:
+            self._save_ended |= self.opts.saves.feed(rows, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         elif name == "slots":
             self.slot_full.feed(rows)
         elif name == "kmsg" and self._kmsg_line is None:
@@ -189,6 +195,15 @@ class Watcher(Recorder):
         if "slot_full_s" in triggers and server and full_ns >= triggers["slot_full_s"] * 1e9:
             holding["slot_full_s"] = {"summary": f"the slot table of {server} full for {full_ns / 1e9:.1f} s",
                                       "full_s": full_ns / 1e9, "server": server}
+        saves = self.opts.saves
+        if saves is not None and "slow_save" in triggers:
+            ended = saves.feed(None, time.clock_gettime_ns(time.CLOCK_MONOTONIC)) or self._save_ended
+            took = saves.durations_s
+            if ended and slow_save(took, triggers["slow_save"]):
+                median = float(np.median(took[:-1]))
+                holding["slow_save"] = {"summary": f"a save took {took[-1]:.1f} s, {took[-1] / median:.1f} times the "
+                                                   f"median {median:.1f} s of the {len(took) - 1} before",
+                                        "save_s": took[-1], "median_s": median}
         if triggers.get("not_responding") and self._kmsg_line:
             holding["not_responding"] = {"summary": f"the kernel said '{self._kmsg_line}'", "line": self._kmsg_line}
         return holding

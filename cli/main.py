@@ -63,10 +63,16 @@ def _watch(args) -> int:
     except ValueError as exc:
         print(f"slotscope watch: {exc}", file=sys.stderr)
         return 2
+    saves = None
+    if "slow_save" in triggers:
+        from slotscope.analyzer.saves import SaveClock
+        from slotscope.analyzer.thresholds import Thresholds
+        saves = SaveClock(Thresholds().save_gap_s)
     opts = WatchOptions(output=args.out, paths=args.path, fs=args.fs, pids=args.pid, cgroup=args.cgroup,
                         group_readable=args.group_readable, status=args.verbose, keep=args.keep,
                         keep_size=args.keep_size, after=args.after, triggers=triggers, rearm=args.rearm,
-                        max_disk=args.max_disk, metrics=args.metrics, per_process=args.per_process)
+                        max_disk=args.max_disk, metrics=args.metrics, per_process=args.per_process,
+                        saves=saves)
     try:
         return watch(opts, sys.argv)
     except RecordError as exc:
