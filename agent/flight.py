@@ -71,8 +71,12 @@ class FlightRecorder:
         self._evict(now if now is not None else time.monotonic())
 
     def oldest(self) -> float | None:
-        """When the oldest chunk held was appended (time.monotonic), None when empty."""
-        return self._chunks[0][0] if self._chunks else None
+        """When the oldest chunk held was appended (time.monotonic), None when empty. (Also read
+        by the metrics' thread while the drain evicts: no test-then-read.)"""
+        try:
+            return self._chunks[0][0]
+        except IndexError:
+            return None
 
     def contents(self) -> list[tuple[str, pa.Table]]:
         """Every chunk held, sticky ones first, each in the order appended (the tables are

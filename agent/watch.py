@@ -81,6 +81,7 @@ class Watcher(Recorder):
         self.journal = journal_stderr()
         self.metrics = Metrics(per_process=bool(opts.per_process), process_cap=opts.per_process or PROCESS_CAP)
         self.metrics.events = lambda: self.events
+        self.metrics.flight = self._held
         self.arming = Arming(opts.triggers, opts.rearm)
         self.slot_full = SlotFull()
         self.incident: Incident | None = None      # open from its trigger until its analysis ends
@@ -88,6 +89,12 @@ class Watcher(Recorder):
         self.reload_requested = False
         self._server = None
         self._reset_seen()
+
+    def _held(self) -> tuple[int, float]:
+        """(bytes, seconds) the flight recorder holds, for the metrics (from their thread)."""
+        writer = getattr(self, "writer", None)
+        oldest = writer.oldest() if writer is not None else None
+        return (writer.size_bytes(), time.monotonic() - oldest) if oldest is not None else (0, 0.0)
 
     def _reset_seen(self) -> None:
         self._blocked_ns, self._blocked_call, self._kmsg_line, self._save_ended = 0, None, None, False
