@@ -142,6 +142,10 @@ class Watcher(Recorder):
                   f"triggers {triggers}; incidents to {opts.output} (at most {opts.max_disk / 2**20:g} MiB)"
                   f"{'; metrics at http://' + opts.metrics + '/metrics' if opts.metrics else ''}")
 
+    def _totals_line(self) -> str:
+        return (f"{self.events} events, {self.rows} rows, {sum(self._lost().values())} lost; "
+                f"incidents in {self.opts.output}")
+
     def _say(self, text: str, always: bool = False) -> None:
         if self.opts.status or always or text.startswith(LOGGED):
             print(log_line(text, self.journal), file=sys.stderr, flush=True)
