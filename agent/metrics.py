@@ -124,31 +124,19 @@ class Metrics:
             buckets = [(f"{b:g}", c) for b, c in zip(LATENCY_BUCKETS_S, cumulative)] + [("+Inf", cumulative[-1])]
             h.add_metric(list(key), buckets, sums[key])
         yield h
-        c = CounterMetricFamily("slotscope_written_bytes", "Bytes written by traced syscalls to traced files",
-                                labels=["mount"])
-        for mount, n in sorted(written.items()):
-            c.add_metric([mount], n)
-        yield c
+        yield _counter("slotscope_written_bytes", "Bytes written by traced syscalls to traced files", ["mount"],
+                       written)
         if self.per_process:
-            c = CounterMetricFamily("slotscope_process_written_bytes",
-                                    f"Bytes written to traced files per process (at most {self.process_cap} "
-                                    f"processes; the rest as pid=\"{OTHER}\")", labels=["pid", "comm", "rank"])
-            for key, n in sorted(per_process.items()):
-                c.add_metric(list(key), n)
-            yield c
+            yield _counter("slotscope_process_written_bytes",
+                           f"Bytes written to traced files per process (at most {self.process_cap} processes; "
+                           f"the rest as pid=\"{OTHER}\")", ["pid", "comm", "rank"], per_process)
         yield GaugeMetricFamily("slotscope_syscalls_blocked",
                                 "Traced syscalls in progress for a second or more, at the last snapshot",
                                 value=blocked)
-        c = CounterMetricFamily("slotscope_lost_events", "Events lost (ring buffers full, probes missed), "
-                                "by counter", labels=["counter"])
-        for name, n in sorted(lost.items()):
-            c.add_metric([name], n)
-        yield c
-        c = CounterMetricFamily("slotscope_incidents", "Incidents kept, by the trigger that opened them",
-                                labels=["trigger"])
-        for name, n in sorted(incidents.items()):
-            c.add_metric([name], n)
-        yield c
+        yield _counter("slotscope_lost_events", "Events lost (ring buffers full, probes missed), by counter",
+                       ["counter"], lost)
+        yield _counter("slotscope_incidents", "Incidents kept, by the trigger that opened them", ["trigger"],
+                       incidents)
         yield CounterMetricFamily("slotscope_events", "Events read from the kernel's ring buffers",
                                   value=self.events())
         ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -163,6 +151,15 @@ class Metrics:
                                 value=held_bytes)
         yield GaugeMetricFamily("slotscope_flight_recorder_seconds", "How far back the flight recorder reaches",
                                 value=held_s)
+
+
+def _counter(name: str, doc: str, labels: list[str], values: dict):
+    """A counter family with a series per key of `values` (a label value, or a tuple of them)."""
+    from prometheus_client.core import CounterMetricFamily
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, n in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], n)
+    return family
 
 
 def serve(metrics: Metrics, address: str):
