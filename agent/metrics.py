@@ -29,6 +29,25 @@ OTHER = "other"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+# The histograms: name -> (help, labels).
+HISTOGRAMS = {
+    "slotscope_syscall_duration_seconds": ("Traced syscalls on traced files, by how long they took (entry to "
+                                           "return)", ("syscall", "mount")),
+    "slotscope_rpc_slot_wait_seconds": ("RPCs by their wait for a transport slot", ("server", "procedure")),
+    "slotscope_rpc_rtt_seconds": ("RPCs by their round trip (sent to reply)", ("server", "procedure")),
+    "slotscope_rpc_execute_seconds": ("RPCs by their whole time (begin to end)", ("server", "procedure")),
+}
+RPC_SPANS = {"slot_wait_ns": "slotscope_rpc_slot_wait_seconds", "rtt_ns": "slotscope_rpc_rtt_seconds",
+             "execute_ns": "slotscope_rpc_execute_seconds"}
+# Per transport, integrals over time of the `slots` samples (each holds until the next).
+OCCUPANCY = {
+    "slotscope_transport_slots_in_use_seconds": "Slots in use, integrated over time (rate(): the mean in use)",
+    "slotscope_transport_backlog_seconds": "Tasks waiting for a slot, integrated over time (rate(): the mean "
+                                           "waiting)",
+    "slotscope_transport_full_seconds": "Time with tasks waiting for a slot (rate(): the share of time saturated)",
+}
+
+
 class Metrics:
     """What the endpoint serves; fed by observe(name, rows) with every table a drain appends
     (a FlightRecorder listener), and by the watcher's own counts."""
@@ -36,11 +55,13 @@ class Metrics:
     def __init__(self, per_process: bool = False, process_cap: int = 100):
         self.per_process, self.process_cap = per_process, process_cap
         self._lock = threading.Lock()
-        self._latency: dict[tuple[str, str], np.ndarray] = {}   # (syscall, mount) -> bucket counts
-        self._latency_sum: dict[tuple[str, str], float] = {}
+        self._buckets: dict[str, dict[tuple, np.ndarray]] = {name: {} for name in HISTOGRAMS}
+        self._sums: dict[str, dict[tuple, float]] = {name: {} for name in HISTOGRAMS}
         self._written: dict[str, int] = {}                      # mount -> bytes
         self._process_written: dict[tuple[str, str, str], int] = {}   # (pid, comm, rank) -> bytes
         self._idents: dict[int, tuple[str, str]] = {}            # tgid -> (comm, rank)
+        self._occupancy: dict[str, dict[str, float]] = {name: {} for name in OCCUPANCY}   # -> server -> s
+        self._last_slots: dict[str, tuple[int, int, int]] = {}  # server -> (ts, in_use, backlog) of its last sample
         self._lost: dict[str, int] = {}
         self._incidents: dict[str, int] = {}
         self._mounts: dict[int, str] = {}                       # dev -> mount point
@@ -49,8 +70,8 @@ class Metrics:
         self.flight = lambda: (0, 0.0)                          # (bytes, seconds) the flight recorder holds
 
     def observe(self, name: str, rows: pa.Table) -> None:
-        fn = {"syscall": self._syscalls, "loss": self._loss, "procs": self._procs,
-              "blocked": self._blocked}.get(name)
+        fn = {"syscall": self._syscalls, "rpc": self._rpcs, "slots": self._slots, "loss": self._loss,
+              "procs": self._procs, "blocked": self._blocked}.get(name)
         if fn:
             with self._lock:
                 fn(rows)
@@ -65,29 +86,63 @@ class Metrics:
             self._mounts[dev] = mount.mountpoint if mount else "?"
         return self._mounts[dev]
 
-    def _syscalls(self, rows: pa.Table) -> None:
-        latency = rows["latency_ns"].to_numpy()
-        written = rows["bytes"].fill_null(0)
-        by = pa.table({"syscall": pc.cast(rows["syscall"], pa.string()), "dev": rows["dev"].fill_null(0),
-                       "bucket": np.searchsorted(_BOUNDS_NS, latency, side="left"), "latency": latency,
-                       "written": written, "path": rows["path"]})
-        groups = by.group_by(["syscall", "dev", "bucket"]).aggregate(
-            [("bucket", "count"), ("latency", "sum"), ("written", "sum"), ("path", "max")])
+    def _histogram(self, name: str, labels: dict, values_ns: np.ndarray, sums: dict | None = None) -> list[dict]:
+        """Add values (ns) to histogram `name`, grouped by the `labels` columns, in one group-by;
+        -> the groups, with the sums of the `sums` columns too (for the caller's counters)."""
+        by = pa.table({**labels, "bucket": np.searchsorted(_BOUNDS_NS, values_ns, side="left"),
+                       "value": values_ns, **(sums or {})})
+        groups = by.group_by([*labels, "bucket"]).aggregate(
+            [("bucket", "count"), ("value", "sum")] + [(c, "sum" if c != "path" else "max") for c in sums or ()])
+        buckets, total = self._buckets[name], self._sums[name]
         for g in groups.to_pylist():
-            key = (g["syscall"], self._mount(g["dev"], g["path_max"] or ""))
-            if key not in self._latency:
-                self._latency[key] = np.zeros(len(_BOUNDS_NS) + 1, np.int64)
-                self._latency_sum[key] = 0.0
-            self._latency[key][g["bucket"]] += g["bucket_count"]
-            self._latency_sum[key] += g["latency_sum"] / 1e9
+            key = tuple(g[k] for k in labels)
+            if key not in buckets:
+                buckets[key], total[key] = np.zeros(len(_BOUNDS_NS) + 1, np.int64), 0.0
+            buckets[key][g["bucket"]] += g["bucket_count"]
+            total[key] += g["value_sum"] / 1e9
+        return groups.to_pylist()
+
+    def _syscalls(self, rows: pa.Table) -> None:
+        written, devs = rows["bytes"].fill_null(0), rows["dev"].fill_null(0)
+        per_dev = pa.table({"dev": devs, "path": rows["path"]}).group_by("dev").aggregate([("path", "max")])
+        known = per_dev["dev"]
+        names = pa.array([self._mount(d, p or "") for d, p in zip(known.to_pylist(), per_dev["path_max"].to_pylist())],
+                         pa.string())
+        mounts = pc.take(names, pc.index_in(devs, value_set=known))
+        groups = self._histogram("slotscope_syscall_duration_seconds",
+                                 {"syscall": pc.cast(rows["syscall"], pa.string()), "mount": mounts},
+                                 rows["latency_ns"].to_numpy(), {"written": written})
+        for g in groups:
             if g["syscall"] in WRITE_SYSCALLS:
-                self._written[key[1]] = self._written.get(key[1], 0) + g["written_sum"]
+                self._written[g["mount"]] = self._written.get(g["mount"], 0) + g["written_sum"]
         if self.per_process:
             per = pa.table({"tgid": rows["tgid"], "written": written}).group_by("tgid").aggregate([("written", "sum")])
             for g in per.to_pylist():
                 if g["written_sum"]:
                     key = self._process_key(g["tgid"])
                     self._process_written[key] = self._process_written.get(key, 0) + g["written_sum"]
+
+    def _rpcs(self, rows: pa.Table) -> None:
+        done = rows.filter(pc.equal(rows["complete"], 1))
+        if not done.num_rows:
+            return
+        labels = {"server": done["server"].fill_null("?"), "procedure": done["procname"]}
+        for column, name in RPC_SPANS.items():
+            self._histogram(name, labels, done[column].fill_null(0).to_numpy())
+
+    def _slots(self, rows: pa.Table) -> None:
+        """Each sample's values hold until the server's next sample (from this batch or the next)."""
+        order = rows.sort_by("ts").select(["server", "ts", "in_use", "backlog"]).to_pylist()
+        in_use, backlog, full = (self._occupancy[n] for n in OCCUPANCY)
+        for r in order:
+            server = r["server"] or "?"
+            last = self._last_slots.get(server)
+            if last is not None:
+                dt = (r["ts"] - last[0]) / 1e9
+                in_use[server] = in_use.get(server, 0.0) + last[1] * dt
+                backlog[server] = backlog.get(server, 0.0) + last[2] * dt
+                full[server] = full.get(server, 0.0) + (dt if last[2] > 0 else 0.0)
+            self._last_slots[server] = (r["ts"], r["in_use"], r["backlog"])
 
     def _process_key(self, tgid: int) -> tuple[str, str, str]:
         comm, rank = self._idents.get(tgid, ("", ""))
@@ -112,18 +167,20 @@ class Metrics:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         with self._lock:
-            latency = {k: v.copy() for k, v in self._latency.items()}
-            sums, written = dict(self._latency_sum), dict(self._written)
-            per_process, lost = dict(self._process_written), dict(self._lost)
+            buckets = {name: {k: v.copy() for k, v in per.items()} for name, per in self._buckets.items()}
+            sums = {name: dict(per) for name, per in self._sums.items()}
+            occupancy = {name: dict(per) for name, per in self._occupancy.items()}
+            written, per_process, lost = dict(self._written), dict(self._process_written), dict(self._lost)
             incidents, blocked = dict(self._incidents), self.blocked_now
-        h = HistogramMetricFamily("slotscope_syscall_duration_seconds",
-                                  "Traced syscalls on traced files, by how long they took (from entry to return)",
-                                  labels=["syscall", "mount"])
-        for key, counts in sorted(latency.items()):
-            cumulative = np.cumsum(counts).tolist()
-            buckets = [(f"{b:g}", c) for b, c in zip(LATENCY_BUCKETS_S, cumulative)] + [("+Inf", cumulative[-1])]
-            h.add_metric(list(key), buckets, sums[key])
-        yield h
+        for name, (doc, labels) in HISTOGRAMS.items():
+            h = HistogramMetricFamily(name, doc, labels=list(labels))
+            for key, counts in sorted(buckets[name].items()):
+                cumulative = np.cumsum(counts).tolist()
+                h.add_metric(list(key), [(f"{b:g}", c) for b, c in zip(LATENCY_BUCKETS_S, cumulative)]
+                             + [("+Inf", cumulative[-1])], sums[name][key])
+            yield h
+        for name, doc in OCCUPANCY.items():
+            yield _counter(name, doc, ["server"], occupancy[name])
         yield _counter("slotscope_written_bytes", "Bytes written by traced syscalls to traced files", ["mount"],
                        written)
         if self.per_process:

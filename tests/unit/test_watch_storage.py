@@ -127,9 +127,6 @@ def _syscalls(rows: list[dict]) -> pa.Table:
 
 
 def test_metrics_from_rows(tmp_path):
-    from prometheus_client import generate_latest
-    from prometheus_client.registry import CollectorRegistry
-
     dev = os.stat(tmp_path).st_dev
     path = str(tmp_path / "f")
     m = Metrics(per_process=True, process_cap=1)
@@ -141,10 +138,7 @@ def test_metrics_from_rows(tmp_path):
     ]))
     m.observe("loss", pa.table({"counter": ["sys_ring"], "lost": pa.array([7], pa.uint64())}))
     m.incident("blocked_s")
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(m)
-    text = generate_latest(registry).decode()
-    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    lines = _scrape(m)
     mount = next(k for k in lines if k.startswith("slotscope_written_bytes_total")).split('"')[1]
     write = f'mount="{mount}",syscall="write"'
     assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="0.0001",{write}}}']) == 1
@@ -172,3 +166,41 @@ def test_metrics_address():
     assert parse_address("127.0.0.1:9465") == ("127.0.0.1", 9465)
     assert parse_address(":9465") == ("0.0.0.0", 9465)
     assert parse_address("[::1]:9465") == ("::1", 9465)
+
+
+def _scrape(m: Metrics) -> dict[str, float]:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(m)
+    text = generate_latest(registry).decode()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
+
+
+def test_rpc_and_transport_metrics_from_rows():
+    """The NFS side, from the rpc and slots rows the VM's probes make: per procedure histograms of
+    completed RPCs, and per transport the time-weighted slots in use, waiters and saturated time,
+    carried across batches (a sample holds until the next)."""
+    from slotscope.capture.tables import RPC, SLOTS
+    m = Metrics()
+    rpc = [{"procname": "WRITE", "server": "10.0.0.2", "complete": 1, "slot_wait_ns": 2_000_000_000,
+            "rtt_ns": 10_000_000, "execute_ns": 2_020_000_000},
+           {"procname": "WRITE", "server": "10.0.0.2", "complete": 0, "slot_wait_ns": 0, "rtt_ns": 0, "execute_ns": 0},
+           {"procname": "COMMIT", "server": "10.0.0.2", "complete": 1, "slot_wait_ns": 0, "rtt_ns": 50_000_000,
+            "execute_ns": 60_000_000}]
+    m.observe("rpc", pa.Table.from_pylist(rpc, schema=RPC))
+    slot = lambda ts, in_use, backlog: {"ts": int(ts * 1e9), "in_use": in_use, "backlog": backlog,  # noqa: E731
+                                        "server": "10.0.0.2"}
+    m.observe("slots", pa.Table.from_pylist([slot(0, 2, 0), slot(1, 128, 5)], schema=SLOTS))
+    m.observe("slots", pa.Table.from_pylist([slot(4, 10, 0), slot(5, 0, 0)], schema=SLOTS))
+    got = _scrape(m)
+    w = 'procedure="WRITE",server="10.0.0.2"'
+    assert got[f"slotscope_rpc_slot_wait_seconds_count{{{w}}}"] == 1          # the outstanding one not yet
+    assert got[f'slotscope_rpc_slot_wait_seconds_bucket{{le="1",{w}}}'] == 0
+    assert got[f'slotscope_rpc_slot_wait_seconds_bucket{{le="2.5",{w}}}'] == 1
+    assert got[f"slotscope_rpc_execute_seconds_sum{{{w}}}"] == pytest.approx(2.02)
+    assert got['slotscope_rpc_rtt_seconds_sum{procedure="COMMIT",server="10.0.0.2"}'] == pytest.approx(0.05)
+    s = 'server="10.0.0.2"'
+    assert got[f"slotscope_transport_slots_in_use_seconds_total{{{s}}}"] == pytest.approx(2 * 1 + 128 * 3 + 10 * 1)
+    assert got[f"slotscope_transport_backlog_seconds_total{{{s}}}"] == pytest.approx(5 * 3)
+    assert got[f"slotscope_transport_full_seconds_total{{{s}}}"] == pytest.approx(3)
