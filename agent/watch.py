@@ -249,8 +249,9 @@ class Watcher(Recorder):
         for table, rows in self.writer.contents():
             incident.add(table, rows)
         self.incident, self.collect_until = incident, time.monotonic() + opts.after
-        self._say(f"incident {name}: {seen['summary']}; keeping the {fired['monotonic_ns'] / 1e9 - incident.started:.0f} s "
-                  f"before it and the next {opts.after:g} s", always=True)
+        before = fired["monotonic_ns"] / 1e9 - incident.started
+        self._say(f"incident {name} opened: {seen['summary']}; keeping the {before:.0f} s before it and the next "
+                  f"{opts.after:g} s", always=True)
 
     def _close_incident(self, cut_short: str | None) -> None:
         incident, opts = self.incident, self.opts
