@@ -203,3 +203,41 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
     assert written[ours].sum() >= 12 * 4096 * 50               # the 12 s run is in the incident
     assert float(incidents[0]["value"][1]) == 1
     assert float(rate[0]["value"][1]) == pytest.approx(window_bytes / 6, rel=0.15)
+
+
+SAVES = """
+import os, sys, time
+for n, seconds in enumerate([1, 1, 1, 4]):
+    fd = os.open(os.path.join(sys.argv[1], f"ckpt{n}.bin"), os.O_WRONLY | os.O_CREAT, 0o600)
+    for i in range(20):
+        os.write(fd, b"c" * 4096)
+        time.sleep(seconds / 20)
+    os.fsync(fd)
+    os.close(fd)
+    time.sleep(12)          # more than save_gap_s (10): the next save is another
+"""
+
+
+def test_a_slow_save_makes_an_incident(tmp_path):
+    """Three saves of a second, then one of four: slow_save (3 times the median) fires once the
+    fourth has ended, and the incident's report finds the same four saves the watch timed."""
+    (tmp_path / "data").mkdir()
+    out = tmp_path / "out"
+    watch = Watch("--out", str(out), "--path", str(tmp_path / "data"), "--after", "1")
+    try:
+        watch.wait_for("watching")
+        subprocess.run([sys.executable, "-c", SAVES, str(tmp_path / "data")], check=True, timeout=120)
+        opened = watch.wait_for(" opened: ", timeout=60)
+        watch.wait_for("written and", timeout=180)
+        assert watch.stop() == 0, "".join(watch.log)
+    finally:
+        if watch.proc.poll() is None:
+            watch.proc.kill()
+            watch.proc.wait()
+    [name] = os.listdir(out)
+    assert name.endswith("-slow_save") and "a save took" in opened and "of the 3 before" in opened
+    seen = Capture.open(str(out / name)).meta["incident"]["seen"]
+    report = json.loads((out / name / "report.json").read_text())
+    took = [s["duration_s"] for s in report["saves"]]
+    assert len(took) == 4 and took[-1] == pytest.approx(seen["save_s"], abs=0.01)
+    assert seen["median_s"] == pytest.approx(sorted(took[:3])[1], abs=0.01)
