@@ -23,14 +23,15 @@ import numpy as np
 
 from slotscope.capture.writer import CaptureWriteError
 
+from .conditions import SlotFull, blocked_for, not_responding, slow_save
 from .files import mount_tables, traced_devs
 from .flight import FlightRecorder
 from .incidents import Incident, incident_name, open_out, prune
 from .meta import clock_pair
 from .metrics import Metrics, serve
 from .probes import DRAIN_EVERY
-from .recorder import Recorder, RecordError, RecordOptions, _refuse_traced_output
-from .conditions import SlotFull, blocked_for, not_responding, slow_save
+from .recorder import Recorder
+from .recording import RecordError, RecordOptions, _refuse_traced_output
 from .triggers import REARM_S, Arming
 
 KEEP_S = 120.0              # --keep
@@ -136,8 +137,7 @@ class Watcher(Recorder):
     def _say_recording(self) -> None:
         opts = self.opts
         triggers = ", ".join(f"{n}={'on' if v is True else f'{v:g}'}" for n, v in opts.triggers.items()) or "none"
-        self._say(f"watching ({len(self.loaded.syscalls)} syscalls"
-                  f"{', ' + ', '.join(self.loaded.groups[1:]) if len(self.loaded.groups) > 1 else ''}): "
+        self._say(f"watching ({self._recording_what()}): "
                   f"keeping the last {opts.keep:g} s (at most {opts.keep_size / 2**20:g} MiB) in memory; "
                   f"triggers {triggers}; incidents to {opts.output} (at most {opts.max_disk / 2**20:g} MiB)"
                   f"{'; metrics at http://' + opts.metrics + '/metrics' if opts.metrics else ''}")
