@@ -159,3 +159,54 @@ def trend(saves: list[dict]) -> dict | None:
                    + (": " + "; ".join(why) if why else ": nothing traced changed as much; the time went "
                       "outside the traced calls (the job's own computing or collectives)"))
     return out
+
+
+class SaveClock:
+    """Saves as they happen, for `watch --trigger slow_save`: fed the `syscall` rows of each
+    drain in turn (monotonic ns), it says when a save ends and how long each took. A save is a
+    burst of the calls saves are made of (FILE_CALLS, returned), apart from the next by gap_s
+    without any (burst_numbers' rule, carried across batches); a burst that wrote nothing is
+    not one. Unlike find_saves it cannot wait to see which files were written, so a file
+    only read in the same burst counts too."""
+
+    def __init__(self, gap_s: float):
+        self.gap_ns = int(gap_s * 1e9)
+        self.durations_s: list[float] = []     # of every save ended so far, in order
+        self._start = self._returned = None    # of the burst going on
+        self._wrote = 0
+
+    def feed(self, rows: pa.Table | None, now_ns: int) -> bool:
+        """-> whether a save ended with these rows or by now (gap_s after its last call)."""
+        if rows is not None and rows.num_rows:
+            calls = rows.filter(pc.is_in(pc.cast(rows["syscall"], pa.string()), pa.array(FILE_CALLS)))
+            if calls.num_rows:
+                calls = calls.sort_by("ts_enter")
+                enter, exit_ = calls["ts_enter"].to_numpy(), calls["ts_exit"].to_numpy()
+                wrote = pc.fill_null(calls["bytes"], 0).to_numpy()
+                if self._start is not None:     # the burst going on, as the batch's first event
+                    enter = np.concatenate([[self._start], enter])
+                    exit_ = np.concatenate([[self._returned], exit_])
+                    wrote = np.concatenate([[self._wrote], wrote])
+                burst = burst_numbers(enter, exit_, self.gap_ns)
+                ended = False
+                for b in range(int(burst[-1]) + 1):
+                    mine = burst == b
+                    if b < burst[-1]:
+                        ended |= self._end(int(enter[mine][0]), int(exit_[mine].max()), int(wrote[mine].sum()))
+                    else:
+                        self._start, self._returned, self._wrote = (int(enter[mine][0]), int(exit_[mine].max()),
+                                                                    int(wrote[mine].sum()))
+                return self._timed_out(now_ns) or ended
+        return self._timed_out(now_ns)
+
+    def _timed_out(self, now_ns: int) -> bool:
+        if self._start is None or now_ns - self._returned < self.gap_ns:
+            return False
+        start, returned, wrote = self._start, self._returned, self._wrote
+        self._start = self._returned = None
+        return self._end(start, returned, wrote)
+
+    def _end(self, start: int, returned: int, wrote: int) -> bool:
+        if wrote > 0:
+            self.durations_s.append((returned - start) / 1e9)
+        return wrote > 0

@@ -53,6 +53,43 @@ def _record(args) -> int:
         return 1
 
 
+def _watch(args) -> int:
+    from slotscope.agent.recorder import RecordError
+    from slotscope.agent.triggers import parse_triggers
+    from slotscope.agent.watch import WatchOptions, watch
+
+    try:
+        triggers = parse_triggers(args.trigger)
+    except ValueError as exc:
+        print(f"slotscope watch: {exc}", file=sys.stderr)
+        return 2
+    saves = None
+    if "slow_save" in triggers:
+        from slotscope.analyzer.saves import SaveClock
+        from slotscope.analyzer.thresholds import Thresholds
+        saves = SaveClock(Thresholds().save_gap_s)
+    opts = WatchOptions(output=args.out, paths=args.path, fs=args.fs, pids=args.pid, cgroup=args.cgroup,
+                        group_readable=args.group_readable, status=args.verbose, keep=args.keep,
+                        keep_size=args.keep_size, after=args.after, triggers=triggers, rearm=args.rearm,
+                        max_disk=args.max_disk, metrics=args.metrics, per_process=args.per_process,
+                        saves=saves)
+    try:
+        return watch(opts, sys.argv)
+    except RecordError as exc:
+        print(f"slotscope watch: {exc}", file=sys.stderr)
+        return 1
+
+
+def _filter_arguments(p: argparse.ArgumentParser) -> None:
+    """What record and watch trace, and their files' modes."""
+    p.add_argument("--path", action="append", default=[], metavar="PREFIX",
+                   help="only files under this path (repeatable); implies --fs any unless --fs is given")
+    p.add_argument("--fs", metavar="TYPE", help="only files on this filesystem type (nfs: nfs and nfs4; any: all)")
+    p.add_argument("--pid", action="append", type=int, default=[], help="only this process and its descendants")
+    p.add_argument("--cgroup", metavar="PATH", help="only tasks in this cgroup v2 directory (and below)")
+    p.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
+
+
 def _doctor(args) -> int:
     from slotscope.agent.doctor import run_doctor
     return run_doctor(ebpf=args.ebpf, load=args.load)
@@ -127,6 +164,12 @@ def _analyze(args) -> int:
     except CaptureError as exc:
         print(f"slotscope: {exc}", file=sys.stderr)
         return 1
+    if args.report:
+        try:
+            _write_reports(job, result, args.report)
+        except OSError as exc:      # safepath's refusals name the path and why
+            print(f"slotscope: cannot write the reports into {args.report}: {exc.strerror}", file=sys.stderr)
+            return 1
     return _output(result, args.json, render_text, args.html and f"HTML report written to {os.path.abspath(args.html)}")
 
 
@@ -241,6 +284,19 @@ def _compare(args) -> int:
         return 1
     return _output(doc, args.json, lambda _: render_compare(sections),
                    args.html and f"HTML comparison written to {os.path.abspath(args.html)}")
+
+
+def _write_reports(job, result: dict, folder: str) -> None:
+    """report.txt, report.json and report.html into `folder`, each replaced whole and never
+    through a planted link (safepath), 0600: an incident's reports, beside its capture."""
+    from slotscope.analyzer.report_html import render_html
+    from slotscope.analyzer.report_text import render_text
+    from slotscope.capture.safepath import create_file
+    for name, text in (("report.txt", render_text(result) + "\n"),
+                       ("report.json", json.dumps(result, indent=2) + "\n"),
+                       ("report.html", render_html(job, result))):
+        with create_file(os.path.join(folder, name), 0o600) as f:
+            f.write(text.encode())
 
 
 def _holds_rows(job) -> bool:
@@ -420,13 +476,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-size", type=size, metavar="SIZE",
                    help="at most this much capture (e.g. 500M, 2G); past it rows are counted as lost, not "
                         "written (default: half the free space of its filesystem at the start)")
-    r.add_argument("--path", action="append", default=[], metavar="PREFIX",
-                   help="only files under this path (repeatable); implies --fs any unless --fs is given")
-    r.add_argument("--fs", metavar="TYPE", help="only files on this filesystem type (nfs: nfs and nfs4; any: all)")
-    r.add_argument("--pid", action="append", type=int, default=[], help="only this process and its descendants")
-    r.add_argument("--cgroup", metavar="PATH", help="only tasks in this cgroup v2 directory (and below)")
+    _filter_arguments(r)
     r.add_argument("--force", action="store_true", help="write into an existing non-empty directory")
-    r.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
     r.add_argument("-q", "--quiet", action="store_true", help="no status line")
     b = r.add_mutually_exclusive_group()
     b.add_argument("--no-bpf", dest="bpf", action="store_const", const="off", default="auto",
@@ -446,10 +497,41 @@ def parser() -> argparse.ArgumentParser:
                         "SIGTERM or q ends it: SIGTERM, then SIGKILL if it lingers)")
     r.set_defaults(func=_record)
 
+    w = sub.add_parser("watch", help="stay running; keep the last minutes in memory and write an incident "
+                                     "capture, analysed, when a trigger fires (root)",
+                       description="Trace as record does, keeping only the last --keep seconds of rows in memory. "
+                                   "When a trigger fires, those rows and the next --after seconds become a capture "
+                                   "OUT/incident-<UTC>-<trigger>/ with report.txt, report.json and report.html. "
+                                   "SIGTERM stops; SIGHUP reads the mounts again and re-arms the triggers.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    w.add_argument("--out", required=True, metavar="DIR", help="where incidents are written (local disk; "
+                                                               "created 0700 if missing)")
+    w.add_argument("--keep", type=positive_seconds, default=120.0, metavar="SECONDS",
+                   help="seconds of rows kept in memory (default 120)")
+    w.add_argument("--keep-size", type=size, default=64 << 20, metavar="SIZE",
+                   help="and at most this many bytes of rows (Arrow buffers; default 64M): the oldest go first")
+    w.add_argument("--after", type=positive_seconds, default=10.0, metavar="SECONDS",
+                   help="seconds of rows after the trigger that the incident holds too (default 10)")
+    w.add_argument("--trigger", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a trigger's value, or NAME=off (see the list below)")
+    w.add_argument("--rearm", type=positive_seconds, default=60.0, metavar="SECONDS",
+                   help="seconds a trigger's condition must stay false before it fires again (default 60)")
+    w.add_argument("--max-disk", type=size, default=1 << 30, metavar="SIZE",
+                   help="incidents take at most this much disk; the oldest are removed (default 1G)")
+    w.add_argument("--metrics", metavar="ADDR:PORT", help="serve OpenMetrics/Prometheus metrics at "
+                                                         "http://ADDR:PORT/metrics")
+    w.add_argument("--per-process", type=positive_int, nargs="?", const=100, default=0, metavar="CAP",
+                   help="also per-process metrics (pid, comm, rank) for at most CAP processes (default 100)")
+    _filter_arguments(w)
+    w.add_argument("-v", "--verbose", action="store_true", help="a status line every 5 s")
+    w.set_defaults(func=_watch)
+
     a = sub.add_parser("analyze", help="name the cause of a stall from captures")
     a.add_argument("captures", nargs="*", metavar="CAPTURE", help="captures of one job (one per node)")
     a.add_argument("--json", action="store_true", help="machine output (DESIGN.md's JSON contract)")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
+    a.add_argument("--report", metavar="DIR", help="also write report.txt, report.json and report.html "
+                                                   "into DIR (0600)")
     a.add_argument("--since", metavar="T", help="only from T: seconds since the capture started, or ISO 8601 UTC")
     a.add_argument("--until", metavar="T", help="only until T (same forms as --since)")
     a.add_argument("--save", type=int, metavar="N", help="only save N of the recording (its window: the "
@@ -546,6 +628,9 @@ def parser() -> argparse.ArgumentParser:
     p.epilog = f"{EPILOG} {EXIT_STATUS}."
     for name, command in sub.choices.items():
         command.epilog = EXIT_STATUS + (RECORD_EXIT if name == "record" else "") + "."
+    from slotscope.agent.triggers import described
+    w.epilog = "triggers (--trigger NAME=VALUE; NAME=off turns one off):\n" + "".join(
+        f"  {name:<15} default {default:<4} {doc}\n" for name, default, doc in described()) + "\n" + w.epilog
     return p
 
 

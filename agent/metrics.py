@@ -1,0 +1,239 @@
+"""`slotscope watch --metrics ADDR:PORT`: an OpenMetrics/Prometheus endpoint.
+
+Names start with slotscope_, in base units (seconds, bytes); counters end in _total. The
+figures are summed per drain, over each batch of rows at once (never per event), into a few
+arrays; a scrape copies them under a lock. Labels are bounded: the syscall, the mount (the
+mount point of the traced file) and, for the agent's own counters, the loss counter and the
+trigger. Per-process series (pid, comm, rank) are off by default; with them on, at most
+`process_cap` processes get their own series and the rest are summed under pid="other".
+"""
+from __future__ import annotations
+
+import os
+import resource
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slotscope.capture.syscalls import WRITE_SYSCALLS
+
+from .mounts import MountTable
+
+# From 100 µs (a write into the page cache) to a minute (a hard mount's retries).
+LATENCY_BUCKETS_S = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                     1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_BOUNDS_NS = np.array([b * 1e9 for b in LATENCY_BUCKETS_S])
+OTHER = "other"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# The histograms: name -> (help, labels).
+HISTOGRAMS = {
+    "slotscope_syscall_duration_seconds": ("Traced syscalls on traced files, by how long they took (entry to "
+                                           "return)", ("syscall", "mount")),
+    "slotscope_rpc_slot_wait_seconds": ("RPCs by their wait for a transport slot", ("server", "procedure")),
+    "slotscope_rpc_rtt_seconds": ("RPCs by their round trip (sent to reply)", ("server", "procedure")),
+    "slotscope_rpc_execute_seconds": ("RPCs by their whole time (begin to end)", ("server", "procedure")),
+}
+RPC_SPANS = {"slot_wait_ns": "slotscope_rpc_slot_wait_seconds", "rtt_ns": "slotscope_rpc_rtt_seconds",
+             "execute_ns": "slotscope_rpc_execute_seconds"}
+# Per transport, integrals over time of the `slots` samples (each holds until the next).
+OCCUPANCY = {
+    "slotscope_transport_slots_in_use_seconds": "Slots in use, integrated over time (rate(): the mean in use)",
+    "slotscope_transport_backlog_seconds": "Tasks waiting for a slot, integrated over time (rate(): the mean "
+                                           "waiting)",
+    "slotscope_transport_full_seconds": "Time with tasks waiting for a slot (rate(): the share of time saturated)",
+}
+
+
+class Metrics:
+    """What the endpoint serves; fed by observe(name, rows) with every table a drain appends
+    (a FlightRecorder listener), and by the watcher's own counts."""
+
+    def __init__(self, per_process: bool = False, process_cap: int = 100):
+        self.per_process, self.process_cap = per_process, process_cap
+        self._lock = threading.Lock()
+        self._buckets: dict[str, dict[tuple, np.ndarray]] = {name: {} for name in HISTOGRAMS}
+        self._sums: dict[str, dict[tuple, float]] = {name: {} for name in HISTOGRAMS}
+        self._written: dict[str, int] = {}                      # mount -> bytes
+        self._process_written: dict[tuple[str, str, str], int] = {}   # (pid, comm, rank) -> bytes
+        self._idents: dict[int, tuple[str, str]] = {}            # tgid -> (comm, rank)
+        self._occupancy: dict[str, dict[str, float]] = {name: {} for name in OCCUPANCY}   # -> server -> s
+        self._last_slots: dict[str, tuple[int, int, int]] = {}  # server -> (ts, in_use, backlog) of its last sample
+        self._lost: dict[str, int] = {}
+        self._incidents: dict[str, int] = {}
+        self._mounts: dict[int, str] = {}                       # dev -> mount point
+        self.blocked_now = 0
+        self.events = lambda: 0                                 # the watcher's count of events read
+        self.flight = lambda: (0, 0.0)                          # (bytes, seconds) the flight recorder holds
+
+    def observe(self, name: str, rows: pa.Table) -> None:
+        fn = {"syscall": self._syscalls, "rpc": self._rpcs, "slots": self._slots, "loss": self._loss,
+              "procs": self._procs, "blocked": self._blocked}.get(name)
+        if fn:
+            with self._lock:
+                fn(rows)
+
+    def incident(self, trigger: str) -> None:
+        with self._lock:
+            self._incidents[trigger] = self._incidents.get(trigger, 0) + 1
+
+    def _mount(self, dev: int, path: str) -> str:
+        if dev not in self._mounts:
+            mount = MountTable.read().find(path)
+            self._mounts[dev] = mount.mountpoint if mount else "?"
+        return self._mounts[dev]
+
+    def _histogram(self, name: str, labels: dict, values_ns: np.ndarray, sums: dict | None = None) -> list[dict]:
+        """Add values (ns) to histogram `name`, grouped by the `labels` columns, in one group-by;
+        -> the groups, with the sums of the `sums` columns too (for the caller's counters)."""
+        by = pa.table({**labels, "bucket": np.searchsorted(_BOUNDS_NS, values_ns, side="left"),
+                       "value": values_ns, **(sums or {})})
+        groups = by.group_by([*labels, "bucket"]).aggregate(
+            [("bucket", "count"), ("value", "sum")] + [(c, "sum" if c != "path" else "max") for c in sums or ()])
+        buckets, total = self._buckets[name], self._sums[name]
+        for g in groups.to_pylist():
+            key = tuple(g[k] for k in labels)
+            if key not in buckets:
+                buckets[key], total[key] = np.zeros(len(_BOUNDS_NS) + 1, np.int64), 0.0
+            buckets[key][g["bucket"]] += g["bucket_count"]
+            total[key] += g["value_sum"] / 1e9
+        return groups.to_pylist()
+
+    def _syscalls(self, rows: pa.Table) -> None:
+        written, devs = rows["bytes"].fill_null(0), rows["dev"].fill_null(0)
+        per_dev = pa.table({"dev": devs, "path": rows["path"]}).group_by("dev").aggregate([("path", "max")])
+        known = per_dev["dev"]
+        names = pa.array([self._mount(d, p or "") for d, p in zip(known.to_pylist(), per_dev["path_max"].to_pylist())],
+                         pa.string())
+        mounts = pc.take(names, pc.index_in(devs, value_set=known))
+        groups = self._histogram("slotscope_syscall_duration_seconds",
+                                 {"syscall": pc.cast(rows["syscall"], pa.string()), "mount": mounts},
+                                 rows["latency_ns"].to_numpy(), {"written": written})
+        for g in groups:
+            if g["syscall"] in WRITE_SYSCALLS:
+                self._written[g["mount"]] = self._written.get(g["mount"], 0) + g["written_sum"]
+        if self.per_process:
+            per = pa.table({"tgid": rows["tgid"], "written": written}).group_by("tgid").aggregate([("written", "sum")])
+            for g in per.to_pylist():
+                if g["written_sum"]:
+                    key = self._process_key(g["tgid"])
+                    self._process_written[key] = self._process_written.get(key, 0) + g["written_sum"]
+
+    def _rpcs(self, rows: pa.Table) -> None:
+        done = rows.filter(pc.equal(rows["complete"], 1))
+        if not done.num_rows:
+            return
+        labels = {"server": done["server"].fill_null("?"), "procedure": done["procname"]}
+        for column, name in RPC_SPANS.items():
+            self._histogram(name, labels, done[column].fill_null(0).to_numpy())
+
+    def _slots(self, rows: pa.Table) -> None:
+        """Each sample's values hold until the server's next sample (from this batch or the next)."""
+        order = rows.sort_by("ts").select(["server", "ts", "in_use", "backlog"]).to_pylist()
+        in_use, backlog, full = (self._occupancy[n] for n in OCCUPANCY)
+        for r in order:
+            server = r["server"] or "?"
+            last = self._last_slots.get(server)
+            if last is not None:
+                dt = (r["ts"] - last[0]) / 1e9
+                in_use[server] = in_use.get(server, 0.0) + last[1] * dt
+                backlog[server] = backlog.get(server, 0.0) + last[2] * dt
+                full[server] = full.get(server, 0.0) + (dt if last[2] > 0 else 0.0)
+            self._last_slots[server] = (r["ts"], r["in_use"], r["backlog"])
+
+    def _process_key(self, tgid: int) -> tuple[str, str, str]:
+        comm, rank = self._idents.get(tgid, ("", ""))
+        key = (str(tgid), comm, rank)
+        if key in self._process_written or len(self._process_written) < self.process_cap:
+            return key
+        return (OTHER, "", "")
+
+    def _procs(self, rows: pa.Table) -> None:
+        for r in rows.select(["tgid", "comm", "rank"]).to_pylist():
+            self._idents[r["tgid"]] = (r["comm"] or "", "" if r["rank"] is None else str(r["rank"]))
+
+    def _loss(self, rows: pa.Table) -> None:
+        for r in rows.group_by("counter").aggregate([("lost", "sum")]).to_pylist():
+            self._lost[r["counter"]] = self._lost.get(r["counter"], 0) + r["lost_sum"]
+
+    def _blocked(self, rows: pa.Table) -> None:
+        self.blocked_now = len(set(rows["tid"].to_pylist()))
+
+    # ---- a scrape ----
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        with self._lock:
+            buckets = {name: {k: v.copy() for k, v in per.items()} for name, per in self._buckets.items()}
+            sums = {name: dict(per) for name, per in self._sums.items()}
+            occupancy = {name: dict(per) for name, per in self._occupancy.items()}
+            written, per_process, lost = dict(self._written), dict(self._process_written), dict(self._lost)
+            incidents, blocked = dict(self._incidents), self.blocked_now
+        for name, (doc, labels) in HISTOGRAMS.items():
+            h = HistogramMetricFamily(name, doc, labels=list(labels))
+            for key, counts in sorted(buckets[name].items()):
+                cumulative = np.cumsum(counts).tolist()
+                h.add_metric(list(key), [(f"{b:g}", c) for b, c in zip(LATENCY_BUCKETS_S, cumulative)]
+                             + [("+Inf", cumulative[-1])], sums[name][key])
+            yield h
+        for name, doc in OCCUPANCY.items():
+            yield _counter(name, doc, ["server"], occupancy[name])
+        yield _counter("slotscope_written_bytes", "Bytes written by traced syscalls to traced files", ["mount"],
+                       written)
+        if self.per_process:
+            yield _counter("slotscope_process_written_bytes",
+                           f"Bytes written to traced files per process (at most {self.process_cap} processes; "
+                           f"the rest as pid=\"{OTHER}\")", ["pid", "comm", "rank"], per_process)
+        yield GaugeMetricFamily("slotscope_syscalls_blocked",
+                                "Traced syscalls in progress for a second or more, at the last snapshot",
+                                value=blocked)
+        yield _counter("slotscope_lost_events", "Events lost (ring buffers full, probes missed), by counter",
+                       ["counter"], lost)
+        yield _counter("slotscope_incidents", "Incidents kept, by the trigger that opened them", ["trigger"],
+                       incidents)
+        yield CounterMetricFamily("slotscope_events", "Events read from the kernel's ring buffers",
+                                  value=self.events())
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        yield CounterMetricFamily("slotscope_agent_cpu_seconds", "CPU time of the agent (user and system)",
+                                  value=ru.ru_utime + ru.ru_stime)
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * PAGE
+        yield GaugeMetricFamily("slotscope_agent_resident_memory_bytes", "Resident memory of the agent",
+                                value=rss)
+        held_bytes, held_s = self.flight()
+        yield GaugeMetricFamily("slotscope_flight_recorder_bytes", "Rows the flight recorder holds (Arrow bytes)",
+                                value=held_bytes)
+        yield GaugeMetricFamily("slotscope_flight_recorder_seconds", "How far back the flight recorder reaches",
+                                value=held_s)
+
+
+def _counter(name: str, doc: str, labels: list[str], values: dict):
+    """A counter family with a series per key of `values` (a label value, or a tuple of them)."""
+    from prometheus_client.core import CounterMetricFamily
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, n in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], n)
+    return family
+
+
+def serve(metrics: Metrics, address: str):
+    """Serve `metrics` at ADDR:PORT (a thread of prometheus_client's); -> its server, to shut down."""
+    from prometheus_client import start_http_server
+    from prometheus_client.registry import CollectorRegistry
+
+    host, port = parse_address(address)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    server, _thread = start_http_server(port, host, registry)
+    return server
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """ADDR:PORT ([v6]:PORT too) -> (addr, port); ValueError saying what is wanted."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--metrics {text}: want ADDR:PORT, such as 127.0.0.1:9465")
+    return host.strip("[]") or "0.0.0.0", int(port)

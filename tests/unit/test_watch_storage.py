@@ -1,0 +1,206 @@
+"""watch's memory and disk: the flight recorder's bounds, --max-disk's pruning on real files,
+and the metrics served from real rows."""
+import os
+
+import pyarrow as pa
+import pytest
+
+from slotscope.agent.flight import STICKY_SHARE, FlightRecorder
+from slotscope.agent.incidents import incident_name, incidents, open_out, prune
+from slotscope.agent.metrics import Metrics, parse_address
+from slotscope.capture.tables import PROCS, SYSCALL
+from slotscope.capture.writer import CaptureWriteError
+
+pytestmark = pytest.mark.unit
+
+
+def _rows(n: int, value: int = 0) -> pa.Table:
+    return pa.table({"x": pa.array([value] * n, pa.int64())})
+
+
+def test_flight_recorder_keeps_the_last_seconds():
+    fr = FlightRecorder("/nowhere", keep_s=10, max_bytes=1 << 30)
+    for t in range(30):
+        fr.append("syscall", _rows(1, t), now=float(t))
+    kept = [rows["x"][0].as_py() for _, rows in fr.contents()]
+    assert kept == list(range(19, 30))      # appended at 19..29: within 10 s of 29
+    assert fr.evicted_bytes == 0
+
+
+def test_flight_recorder_bounded_by_bytes_oldest_first():
+    chunk = _rows(1000)
+    fr = FlightRecorder("/nowhere", keep_s=1e6, max_bytes=5 * chunk.nbytes)
+    for t in range(12):
+        fr.append("syscall", _rows(1000, t), now=float(t))
+    kept = [rows["x"][0].as_py() for _, rows in fr.contents()]
+    assert kept == [7, 8, 9, 10, 11] and fr.size_bytes() == 5 * chunk.nbytes
+    assert fr.evicted_bytes == 7 * chunk.nbytes
+
+
+def test_process_rows_outlive_the_window():
+    """The procs rows say whose the rows are: kept past --keep, bounded by their byte share."""
+    fr = FlightRecorder("/nowhere", keep_s=5, max_bytes=1 << 20)
+    procs = pa.Table.from_pylist([{"ts": 0, "tgid": 42, "comm": "trainer"}], schema=PROCS)
+    fr.append("procs", procs, now=0.0)
+    for t in range(100):
+        fr.append("syscall", _rows(1), now=float(t))
+    assert [name for name, _ in fr.contents()].count("procs") == 1
+    for t in range(10_000):
+        fr.append("procs", procs, now=100.0 + t)
+    held = sum(rows.nbytes for name, rows in fr.contents() if name == "procs")
+    assert held <= (1 << 20) // STICKY_SHARE
+
+
+def test_listeners_see_every_append():
+    fr = FlightRecorder("/nowhere", keep_s=1, max_bytes=1 << 20)
+    seen = []
+    fr.listeners.append(lambda name, rows: seen.append((name, rows.num_rows)))
+    fr.append("syscall", _rows(3), now=0.0)
+    fr.append("syscall", _rows(0), now=0.0)
+    fr.append("loss", _rows(1).to_batches()[0], now=0.0)
+    assert seen == [("syscall", 3), ("loss", 1)]
+
+
+def _incident(out, name: str, size: int) -> None:
+    os.makedirs(out / name / "syscall")
+    with open(out / name / "syscall" / "000001.arrow", "wb") as f:
+        f.write(os.urandom(size))       # real blocks on disk
+
+
+def test_max_disk_removes_the_oldest_first(tmp_path):
+    out = tmp_path / "out"
+    open_out(str(out))
+    assert oct(os.stat(out).st_mode & 0o777) == "0o700"
+    names = [incident_name(1_796_000_000_000_000_000 + i * 3_600 * 10**9, "blocked_s") for i in range(4)]
+    for name in names:
+        _incident(out, name, 1 << 20)
+    (out / "notes.txt").write_text("not an incident")
+    os.makedirs(out / "incident-elsewhere")      # not of our naming: never counted or removed
+    sizes = dict(incidents(str(out)))
+    assert list(sizes) == names and all(s >= 1 << 20 for s in sizes.values())
+    removed = prune(str(out), max_bytes=int(2.5 * (1 << 20)) + 2 * 8192, keep=names[-1])
+    assert removed == names[:2]
+    assert sorted(os.listdir(out)) == sorted(names[2:] + ["notes.txt", "incident-elsewhere"])
+
+
+def test_max_disk_keeps_the_newest_even_alone_over_the_cap(tmp_path):
+    out = tmp_path / "out"
+    open_out(str(out))
+    old, new = (incident_name(1_796_000_000_000_000_000 + i * 10**9, "slow_save") for i in range(2))
+    _incident(out, old, 1 << 20)
+    _incident(out, new, 3 << 20)
+    assert prune(str(out), max_bytes=1 << 20, keep=new) == [old]
+    assert os.listdir(out) == [new]
+
+
+def test_max_disk_follows_no_link(tmp_path):
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    open_out(str(out))
+    victim.mkdir()
+    (victim / "precious").write_bytes(b"x" * (1 << 20))
+    name = incident_name(1_796_000_000_000_000_000, "blocked_s")
+    _incident(out, name, 1 << 20)
+    os.symlink(victim, out / "incident-20000101T000000Z-blocked_s")     # the oldest name, a link
+    assert prune(str(out), max_bytes=0) == [name]
+    assert (victim / "precious").exists()
+
+
+def test_out_of_another_user_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the directory away")
+    os.chown(out, 65534, 65534)
+    with pytest.raises(CaptureWriteError, match="owned by uid 65534"):
+        open_out(str(out))
+
+
+def test_incident_names_sort_by_time():
+    a = incident_name(1_796_455_963_637_044_046, "blocked_s")
+    assert a == "incident-20261205T073243Z-blocked_s"
+    assert sorted([incident_name(2_000_000_000 * 10**9, "x"), a]) == [a, incident_name(2_000_000_000 * 10**9, "x")]
+
+
+def _syscalls(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SYSCALL.remove(SYSCALL.get_field_index("syscall")).insert(
+        SYSCALL.get_field_index("syscall"), pa.field("syscall", pa.string())))
+
+
+def test_metrics_from_rows(tmp_path):
+    dev = os.stat(tmp_path).st_dev
+    path = str(tmp_path / "f")
+    m = Metrics(per_process=True, process_cap=1)
+    m.observe("procs", pa.Table.from_pylist([{"ts": 0, "tgid": 5, "comm": "rank0", "rank": 0}], schema=PROCS))
+    m.observe("syscall", _syscalls([
+        {"syscall": "write", "latency_ns": 50_000, "bytes": 4096, "tgid": 5, "dev": dev, "path": path},
+        {"syscall": "write", "latency_ns": 3_000_000_000, "bytes": 100, "tgid": 6, "dev": dev, "path": path},
+        {"syscall": "fsync", "latency_ns": 200_000, "bytes": None, "tgid": 5, "dev": dev, "path": path},
+    ]))
+    m.observe("loss", pa.table({"counter": ["sys_ring"], "lost": pa.array([7], pa.uint64())}))
+    m.incident("blocked_s")
+    lines = _scrape(m)
+    mount = next(k for k in lines if k.startswith("slotscope_written_bytes_total")).split('"')[1]
+    write = f'mount="{mount}",syscall="write"'
+    assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="0.0001",{write}}}']) == 1
+    assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="2.5",{write}}}']) == 1
+    assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="5",{write}}}']) == 2
+    assert float(lines[f'slotscope_syscall_duration_seconds_count{{{write}}}']) == 2
+    assert float(lines[f'slotscope_syscall_duration_seconds_sum{{{write}}}']) == pytest.approx(3.00005)
+    assert float(lines[f'slotscope_written_bytes_total{{mount="{mount}"}}']) == 4196
+    # the cap: one process of its own, the other summed as "other"
+    assert float(lines['slotscope_process_written_bytes_total{comm="rank0",pid="5",rank="0"}']) == 4096
+    assert float(lines['slotscope_process_written_bytes_total{comm="",pid="other",rank=""}']) == 100
+    assert float(lines['slotscope_lost_events_total{counter="sys_ring"}']) == 7
+    assert float(lines['slotscope_incidents_total{trigger="blocked_s"}']) == 1
+    assert float(lines["slotscope_agent_resident_memory_bytes"]) > 1 << 20
+    assert mount == "/" or path.startswith(mount)
+
+
+@pytest.mark.parametrize("text", ["9465", "host:", "host:0", "host:99999", "host:port"])
+def test_bad_metrics_address(text):
+    with pytest.raises(ValueError, match="want ADDR:PORT"):
+        parse_address(text)
+
+
+def test_metrics_address():
+    assert parse_address("127.0.0.1:9465") == ("127.0.0.1", 9465)
+    assert parse_address(":9465") == ("0.0.0.0", 9465)
+    assert parse_address("[::1]:9465") == ("::1", 9465)
+
+
+def _scrape(m: Metrics) -> dict[str, float]:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(m)
+    text = generate_latest(registry).decode()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
+
+
+def test_rpc_and_transport_metrics_from_rows():
+    """The NFS side, from the rpc and slots rows the VM's probes make: per procedure histograms of
+    completed RPCs, and per transport the time-weighted slots in use, waiters and saturated time,
+    carried across batches (a sample holds until the next)."""
+    from slotscope.capture.tables import RPC, SLOTS
+    m = Metrics()
+    rpc = [{"procname": "WRITE", "server": "10.0.0.2", "complete": 1, "slot_wait_ns": 2_000_000_000,
+            "rtt_ns": 10_000_000, "execute_ns": 2_020_000_000},
+           {"procname": "WRITE", "server": "10.0.0.2", "complete": 0, "slot_wait_ns": 0, "rtt_ns": 0, "execute_ns": 0},
+           {"procname": "COMMIT", "server": "10.0.0.2", "complete": 1, "slot_wait_ns": 0, "rtt_ns": 50_000_000,
+            "execute_ns": 60_000_000}]
+    m.observe("rpc", pa.Table.from_pylist(rpc, schema=RPC))
+    slot = lambda ts, in_use, backlog: {"ts": int(ts * 1e9), "in_use": in_use, "backlog": backlog,  # noqa: E731
+                                        "server": "10.0.0.2"}
+    m.observe("slots", pa.Table.from_pylist([slot(0, 2, 0), slot(1, 128, 5)], schema=SLOTS))
+    m.observe("slots", pa.Table.from_pylist([slot(4, 10, 0), slot(5, 0, 0)], schema=SLOTS))
+    got = _scrape(m)
+    w = 'procedure="WRITE",server="10.0.0.2"'
+    assert got[f"slotscope_rpc_slot_wait_seconds_count{{{w}}}"] == 1          # the outstanding one not yet
+    assert got[f'slotscope_rpc_slot_wait_seconds_bucket{{le="1",{w}}}'] == 0
+    assert got[f'slotscope_rpc_slot_wait_seconds_bucket{{le="2.5",{w}}}'] == 1
+    assert got[f"slotscope_rpc_execute_seconds_sum{{{w}}}"] == pytest.approx(2.02)
+    assert got['slotscope_rpc_rtt_seconds_sum{procedure="COMMIT",server="10.0.0.2"}'] == pytest.approx(0.05)
+    s = 'server="10.0.0.2"'
+    assert got[f"slotscope_transport_slots_in_use_seconds_total{{{s}}}"] == pytest.approx(2 * 1 + 128 * 3 + 10 * 1)
+    assert got[f"slotscope_transport_backlog_seconds_total{{{s}}}"] == pytest.approx(5 * 3)
+    assert got[f"slotscope_transport_full_seconds_total{{{s}}}"] == pytest.approx(3)

@@ -1,0 +1,111 @@
+"""watch's triggers: what --trigger accepts, and when a trigger fires again (the re-arm rule)."""
+import pyarrow as pa
+import pytest
+
+from slotscope.agent.conditions import SlotFull, blocked_for, not_responding, slow_save
+from slotscope.agent.triggers import TRIGGERS, Arming, parse_triggers
+from slotscope.capture.tables import BLOCKED, KMSG, SLOTS
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults_and_changes():
+    assert parse_triggers([]) == {name: t.default for name, t in TRIGGERS.items()}
+    got = parse_triggers(["blocked_s=2", "not_responding=off", "slow_save=2.5", "slot_full_s=0"])
+    assert got == {"blocked_s": 2.0, "slow_save": 2.5, "slot_full_s": 0.0}
+    assert "not_responding" not in parse_triggers(["not_responding=OFF"])
+
+
+@pytest.mark.parametrize("spec, said", [
+    ("blocked=2", "no trigger 'blocked'"),
+    ("blocked_s", "want blocked_s=VALUE"),
+    ("blocked_s=", "want blocked_s=VALUE"),
+    ("blocked_s=abc", "not a number"),
+    ("blocked_s=0.5", "at least 1"),
+    ("blocked_s=inf", "at least 1"),
+    ("slot_full_s=-1", "at least 0"),
+    ("slow_save=1", "above 1"),
+    ("not_responding=maybe", "on or off"),
+])
+def test_bad_specs_say_why(spec, said):
+    with pytest.raises(ValueError, match=said):
+        parse_triggers([spec])
+
+
+def test_one_incident_while_the_condition_holds():
+    """A dead server: the condition holds at every evaluation. One incident, however long."""
+    arming = Arming(["blocked_s"], rearm_s=60)
+    fired = [arming.observe(t, {"blocked_s"}, incident_open=False)[0] for t in range(0, 600, 1)]
+    assert fired == ["blocked_s"] + [None] * 599
+
+
+def test_rearms_after_the_condition_cleared_for_rearm_s():
+    arming = Arming(["blocked_s"], rearm_s=60)
+    assert arming.observe(0, {"blocked_s"}, False)[0] == "blocked_s"
+    for t in range(1, 60):          # clear since t=1: not yet 60 s
+        assert arming.observe(t, set(), False)[0] is None
+    assert arming.observe(60, {"blocked_s"}, False)[0] is None     # back before the 60 s: no
+    for t in range(61, 121):
+        arming.observe(t, set(), False)
+    assert arming.observe(121, set(), False)[0] is None
+    assert arming.observe(122, {"blocked_s"}, False)[0] == "blocked_s"
+
+
+def test_nothing_fires_while_an_incident_is_open():
+    """Another trigger (or the same one again) while an incident is written is noted in it, and
+    disarmed: it does not open a second incident once the first is closed."""
+    arming = Arming(["blocked_s", "slot_full_s"], rearm_s=30)
+    assert arming.observe(0, {"blocked_s"}, False) == ("blocked_s", set())
+    assert arming.observe(5, {"slot_full_s", "blocked_s"}, True) == (None, {"slot_full_s", "blocked_s"})
+    assert arming.observe(10, {"slot_full_s"}, False) == (None, set())
+    assert arming.observe(41, set(), False) == (None, set())
+    assert arming.observe(42, {"slot_full_s"}, False) == (None, set())   # clear for 1 s only
+    arming.rearm_all()
+    assert arming.observe(43, {"slot_full_s"}, False) == ("slot_full_s", set())
+
+
+def test_two_at_once_open_one_incident():
+    arming = Arming(["blocked_s", "not_responding"])
+    fire, noted = arming.observe(0, {"blocked_s", "not_responding"}, False)
+    assert fire == "blocked_s" and noted == {"not_responding"}
+
+
+def test_blocked_for_takes_the_longest_in_progress_or_returned():
+    blocked = pa.Table.from_pylist([
+        {"ts": 10_000, "tid": 7, "tgid": 7, "syscall": "write", "ts_enter": 1_000, "fd": 3, "path": "/p"},
+        {"ts": 10_000, "tid": 8, "tgid": 8, "syscall": "fsync", "ts_enter": 4_000, "fd": 3, "path": "/q"},
+    ], schema=BLOCKED)
+    calls = pa.table({"tgid": pa.array([9], pa.uint32()), "syscall": ["close"], "path": ["/r"],
+                      "ts_enter": [0], "latency_ns": [9_500]})
+    assert blocked_for(blocked, None) == (9_000, {"tgid": 7, "syscall": "write", "path": "/p", "ts_enter": 1_000,
+                                                  "in_progress": True})
+    ns, call = blocked_for(blocked, calls)
+    assert ns == 9_500 and call["path"] == "/r" and not call["in_progress"]
+    assert blocked_for(None, None) == (0, None)
+
+
+def test_slot_full_runs_per_server():
+    full = SlotFull()
+    rows = lambda r: pa.Table.from_pylist(  # noqa: E731
+        [{"ts": ts, "backlog": b, "server": s, "in_use": 0, "session_wait": 0, "sending": 0, "pending": 0,
+          "client_id": 0} for ts, b, s in r], schema=SLOTS)
+    full.feed(rows([(100, 0, "a"), (200, 3, "a"), (300, 5, "b")]))
+    assert full.longest(1_200) == (1_000, "a")
+    full.feed(rows([(400, 0, "a")]))        # a's waiters gone: its run ends
+    assert full.longest(1_300) == (1_000, "b")
+    full.feed(rows([(500, 0, "b")]))
+    assert full.longest(2_000) == (0, None)
+
+
+def test_not_responding_line():
+    rows = pa.Table.from_pylist([{"ts": 1, "level": 4, "message": "nfs: server 10.0.0.2 OK"},
+                                 {"ts": 2, "level": 4, "message": "nfs: server 10.0.0.2 not responding, still trying"}],
+                                schema=KMSG)
+    assert not_responding(rows) == "nfs: server 10.0.0.2 not responding, still trying"
+    assert not_responding(rows.slice(0, 1)) is None
+
+
+def test_slow_save_against_the_median_of_earlier_ones():
+    assert not slow_save([10, 10, 40], 3)               # too few earlier saves
+    assert slow_save([10, 12, 9, 30], 2.5)
+    assert not slow_save([10, 12, 9, 24], 2.5)
