@@ -25,7 +25,8 @@ from .layouts import LOSS_COUNTERS, warm_up
 from .memory import give_back
 from .meta import clock_pair, nfs_mountstats, start_meta
 from .mounts import NFS_TYPES, MountTable
-from .probes import DRAIN_EVERY, Filters, KprobeGroup, SyscallProbes, ebpf_text, load, runnable_groups
+from .probes import (DRAIN_EVERY, Filters, KprobeGroup, SyscallProbes, ebpf_text, load, raise_drain_priority,
+                     runnable_groups)
 from .rpc_rows import ClientNames, rpc_table
 from .samplers import KmsgReader, NetdevSampler, SamplerThread
 
@@ -267,6 +268,7 @@ class Recorder:
                 proc.kill()
             writer.close()
             raise RecordError(f"loading the syscall probes failed: {exc}") from None
+        raise_drain_priority()      # after the compile and the traced command's fork, before any thread
         self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}
         self.streams = [stream for g in groups for stream in g.streams]
         # A signal ends the drain loop's wait at once: Ctrl-C, SIGTERM, SIGUSR1 (the next
