@@ -25,8 +25,19 @@ O_CLOEXEC = 0o2000000
 F_DUPFD_CLOEXEC = 1030
 CLOSE_RANGE_CLOEXEC = 1 << 2
 FD_OPS = WRITE_SYSCALLS + FLUSH_SYSCALLS + ("ftruncate",)   # calls on an fd that make rows
-_FD_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in FD_OPS), np.uint16)
-_WRITE_OP_NUMS = np.array(sorted(OP_NUMBER[o] for o in WRITE_SYSCALLS), np.uint16)
+
+
+def _op_set(names) -> np.ndarray:
+    """Whether each op number (index) is one of `names`: one lookup per row, where np.isin
+    sorted the batch (a storm's million rows a second go through three of these)."""
+    table = np.zeros(max(OP_NUMBER.values()) + 1, bool)
+    table[[OP_NUMBER[o] for o in names]] = True
+    return table
+
+
+_IS_FD_OP = _op_set(FD_OPS)
+_IS_WRITE = _op_set(WRITE_SYSCALLS)
+_IS_BOOKKEEPING = _op_set(BOOKKEEPING_SYSCALLS)
 _SYSCALL_TYPE = SYSCALL.field("syscall").type
 _OP_DICT = pa.array(("?",) + OPS, pa.string())   # index = op number
 # NFS_CALL_* bit sets -> "fsync+flush" (index = the bits; 0 -> null)
@@ -97,7 +108,7 @@ class Decoder:
 
     # ---- the one-by-one calls ----
     def _structural(self, ev: np.ndarray, idx: np.ndarray, procs: np.ndarray, fids: np.ndarray,
-                    path2: list) -> None:
+                    path2: dict) -> None:
         """Fd-table changes and process events, applied in time order (a fork copies the
         fds its parent had at that moment)."""
         times = np.concatenate([ev["ts_exit"][idx], procs["ts"]])
@@ -190,13 +201,14 @@ class Decoder:
             self.identities.exec_(ev[3], ev[0], self._exec_env(ev[3], ev[0]))
         self._take_paths(paths)
         if sys.size == 0:
-            self._structural(sys, np.empty(0, np.int64), procs, None, [])
+            self._structural(sys, np.empty(0, np.int64), procs, None, {})
             return None
         n = sys.size
         fids = np.full(n, UNKNOWN, np.int64)
-        path2: list[str | None] = [None] * n
+        path2: dict[int, str | None] = {}   # row -> second path (renames)
         ops = sys["op"]
-        fd_rows = np.isin(ops, _FD_OP_NUMS) & (ops != OP_NUMBER["close"])
+        fd_op = _IS_FD_OP[ops]
+        fd_rows = fd_op & (ops != OP_NUMBER["close"])
         structural = np.flatnonzero(~fd_rows)
         self._structural(sys, structural, procs, fids, path2)
 
@@ -209,22 +221,24 @@ class Decoder:
             fids[rows] = found
             self._ignore_unmatched(sys, rows, found, since)
 
-        keep = self._kept(sys, fids)
+        keep = self._kept(ops, fd_op, fids)
         self._drop_stale_paths()
         if not keep.any():
             return None
-        return self._table(sys[keep], fids[keep], pa.array(path2, pa.string()).filter(pa.array(keep)))
+        second = (pa.array([path2.get(i) for i in range(n)], pa.string()).filter(pa.array(keep)) if path2
+                  else pa.nulls(int(np.count_nonzero(keep)), pa.string()))
+        if keep.all():      # a storm's batch: nothing to drop, no copy
+            return self._table(sys, fids, second)
+        return self._table(sys[keep], fids[keep], second)
 
     def _ignore_unmatched(self, sys, rows, found, since) -> None:
         for j in np.flatnonzero(found < UNKNOWN).tolist():   # named, and not a file of ours
             gen = int(since[j]) or None
             self._ignore(int(sys["tgid"][rows[j]]), int(sys["fd"][rows[j]]), gen)
 
-    def _kept(self, sys, fids) -> np.ndarray:
-        matched = fids >= 0
-        bookkeeping = np.isin(sys["op"], [OP_NUMBER[o] for o in BOOKKEEPING_SYSCALLS])
-        self.unnamed += int(np.count_nonzero((fids == UNKNOWN) & np.isin(sys["op"], _FD_OP_NUMS)))
-        return matched & ~bookkeeping
+    def _kept(self, ops, fd_op, fids) -> np.ndarray:
+        self.unnamed += int(np.count_nonzero((fids == UNKNOWN) & fd_op))
+        return (fids >= 0) & ~_IS_BOOKKEEPING[ops]
 
     def _drop_stale_paths(self) -> None:
         # Paths whose syscall record was lost (ring full) would pile up.
@@ -232,11 +246,12 @@ class Decoder:
             self._paths.clear()
 
     def _table(self, ev: np.ndarray, fids: np.ndarray, path2: pa.Array) -> pa.Table:
-        for tgid in np.unique(ev["tgid"]).tolist():
+        for tgid in pc.unique(pa.array(ev["tgid"])).to_pylist():   # a hash: np.unique sorts
             self.identities.want(tgid, int(ev["ts_exit"][0]))
             self.seen.add(tgid)
         ret = ev["ret"]
-        is_write = np.isin(ev["op"], _WRITE_OP_NUMS)
+        is_write = _IS_WRITE[ev["op"]]
+        nfs_calls = ev["nfs_calls"]
         files = self.registry.columns(fids)
         cols = {
             "ts_enter": ev["ts_enter"], "ts_exit": ev["ts_exit"],
@@ -252,7 +267,8 @@ class Decoder:
             "path": files["path"], "path2": path2,
             "dev": files["dev"], "ino": files["ino"], "fstype": files["fstype"],
             "nfs_ns": pa.array(ev["nfs_ns"].astype(np.int64), mask=np.full(len(ev), not self.nfs_calls)),
-            "nfs_calls": pc.take(_NFS_CALL_NAMES, pa.array(ev["nfs_calls"].astype(np.int32))),
+            "nfs_calls": (pc.take(_NFS_CALL_NAMES, pa.array(nfs_calls.astype(np.int32))) if nfs_calls.any()
+                          else pa.nulls(len(ev), pa.string())),
         }
         arrays = [c if isinstance(c, pa.Array) else pa.array(c, SYSCALL.field(name).type)
                   for name, c in cols.items()]
@@ -267,7 +283,7 @@ class Decoder:
         for tid, call in zip(tids[old].tolist(), calls[old]):
             tgid, op, fd, t = int(call["tgid"]), int(call["op"]), int(call["fd"]), int(call["ts_enter"])
             info = None
-            if op in _FD_OP_NUMS:
+            if _IS_FD_OP[op]:
                 found = self.fds.at(FdTable.key(tgid, fd), t)
                 if found is None or found[1] < 0:
                     continue

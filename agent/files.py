@@ -314,13 +314,14 @@ class FdTable:
         resolve(key) is called once for a key with no history (an fd from before recording)."""
         fids = np.full(keys.shape, UNKNOWN, np.int64)
         since = np.zeros(keys.shape, np.int64)
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        for i, key in enumerate(uniq.tolist()):
+        encoded = pa.array(keys).dictionary_encode()    # a hash: np.unique sorted the batch
+        uniq, inverse = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
+        for i, key in enumerate(uniq):
             hist = self.history.get(key)
             if hist is None:
                 self.set(key, 0, resolve(key))
                 hist = self.history[key]
-            rows = inverse == i
+            rows = inverse == i if len(uniq) > 1 else slice(None)   # a storm: one fd
             if len(hist) == 1:
                 ok = times[rows] >= hist[0][0]     # a write from before the only mapping: unknown
                 fids[rows] = np.where(ok, hist[0][1], UNKNOWN)

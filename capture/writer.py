@@ -8,6 +8,8 @@ directories 0700 (0640/0750 with group_readable).
 Segments: rows gather in memory and about a second after its first row, or once
 it holds SEGMENT_BYTES, the segment is written to `.NNNNNN.arrow.partial`, fsynced
 and renamed to `NNNNNN.arrow`, so a SIGKILL or a power loss costs at most that second.
+The writing is done by a thread of the capture's own (Flusher), not by the caller: the
+agent's drain hands a segment over and goes back to its rings.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import errno
 import fcntl
 import json
 import os
+import queue
+import threading
 import time
 import zlib
 
@@ -29,6 +33,9 @@ SEGMENT_SECONDS = 1.0
 # grows by doubling: it held 128 MiB at the storm's peak. The rows of one drain, the most
 # appended at once, are far less.
 SEGMENT_BYTES = 8 << 20
+# Finished segments waiting for the flusher before the drain waits too: the memory a slow
+# disk can take (SEGMENT_BYTES each), against the ring it would otherwise overflow.
+FLUSH_BACKLOG = 4
 # Still written past the size limit: small, and they say whose the rows are and what was lost.
 ALWAYS_WRITTEN = ("procs", "loss", "agent")
 
@@ -170,15 +177,58 @@ class CaptureDir:
         os.close(self.fd)
 
 
+class Flusher:
+    """Writes finished segments on a thread, in the order they were handed over. Writing and
+    fsyncing a storm's 8 MiB segment took the drain 50-360 ms here (seconds on a busy disk),
+    while the syscall ring fills at a million events a second. The first failure stops the
+    writing; the caller learns of it at its next call (failure)."""
+
+    def __init__(self):
+        self._jobs: queue.Queue = queue.Queue(FLUSH_BACKLOG)
+        self._thread: threading.Thread | None = None
+        self.failure: tuple[str, OSError] | None = None    # (table, error) of the first failed write
+
+    def put(self, table: str, job) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="segment-flusher", daemon=True)
+            self._thread.start()
+        self._jobs.put((table, job))
+
+    def _run(self) -> None:
+        while True:
+            table, job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                if self.failure is None:
+                    job()
+            except OSError as exc:
+                self.failure = (table, exc)
+            finally:
+                self._jobs.task_done()
+
+    def wait(self) -> None:
+        """Until every segment handed over is written (or failed)."""
+        if self._thread is not None:
+            self._jobs.join()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(("", None))
+            self._thread.join()
+            self._thread = None
+
+
 class TableWriter:
     """One table's segments. A segment is serialised in memory and written whole when it
-    closes (to its dotfile, fsynced, renamed): a reader skips an open segment either way,
-    and written through a Python file object the IPC writer made a Python call per column
-    buffer, the largest single cost of the agent under emulation."""
+    closes (to its dotfile, fsynced, renamed, by the flusher's thread): a reader skips an
+    open segment either way, and written through a Python file object the IPC writer made a
+    Python call per column buffer, the largest single cost of the agent under emulation."""
 
-    def __init__(self, capture: CaptureDir, name: str):
+    def __init__(self, capture: CaptureDir, name: str, flusher: Flusher):
         major, schema = newest(name)
         self.capture = capture
+        self.flusher = flusher
         self.name = name
         self.schema = schema.with_metadata({**(schema.metadata or {}), **schema_tag(name, major)})
         self.dir_fd = capture.subdir(name)
@@ -217,26 +267,37 @@ class TableWriter:
         self._segment_rows += table.num_rows
         self.rows += table.num_rows
         if self._sink.tell() >= SEGMENT_BYTES:
-            self.close_segment()
+            self.close_segment(wait=False)
 
     def tick(self, now: float | None = None) -> None:
         if self._writer is not None and (now or time.monotonic()) - self._opened_at >= SEGMENT_SECONDS:
-            self.close_segment()
+            self.close_segment(wait=False)
 
-    def close_segment(self) -> None:
-        if self._writer is None:
-            return
-        self._writer.close()
-        data = self._sink.getvalue()
-        self._writer = self._sink = None
-        with self.capture.create(partial_name(self.seq), self.dir_fd) as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(partial_name(self.seq), segment_name(self.seq), src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+    def close_segment(self, wait: bool = True) -> None:
+        """End the open segment and hand it to the flusher; `wait`: until it is on disk."""
+        if self._writer is not None:
+            self._writer.close()
+            data = self._sink.getvalue()
+            self._writer = self._sink = None
+            self.closed_bytes += data.size
+            seq = self.seq
+            self.flusher.put(self.name, lambda: self._write_segment(seq, data))
+        if wait:
+            self.flusher.wait()
+
+    def _write_segment(self, seq: int, data: pa.Buffer) -> None:
+        """On the flusher's thread."""
+        with self.capture.create(partial_name(seq), self.dir_fd) as f:
+            try:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:     # a segment that could not be written whole (disk full) is not left behind
+                os.unlink(partial_name(seq), dir_fd=self.dir_fd)
+                raise
+        os.rename(partial_name(seq), segment_name(seq), src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         # Not fsynced: a line lost in a crash leaves its segment unverified, not damaged.
-        os.write(self.sums_fd, f"{segment_name(self.seq)} {data.size} {zlib.crc32(data):08x}\n".encode())
-        self.closed_bytes += data.size
+        os.write(self.sums_fd, f"{segment_name(seq)} {data.size} {zlib.crc32(data):08x}\n".encode())
         self.segments += 1
 
     def size(self) -> int:
@@ -246,10 +307,6 @@ class TableWriter:
         try:
             self.close_segment()
         finally:
-            try:    # a segment that could not be written whole (disk full) is not left behind
-                os.unlink(partial_name(self.seq), dir_fd=self.dir_fd)
-            except OSError:
-                pass
             os.close(self.sums_fd)
             os.close(self.dir_fd)
 
@@ -266,16 +323,22 @@ class CaptureWriter:
         self.tables: dict[str, TableWriter] = {}
         self.dropped: dict[str, int] = {}      # rows not written, per table: the size limit was reached
         self.failed: str | None = None
+        self.flusher = Flusher()
 
     def _table(self, name: str) -> TableWriter:
         if name not in self.tables:
-            self.tables[name] = TableWriter(self.dir, name)
+            self.tables[name] = TableWriter(self.dir, name, self.flusher)
         return self.tables[name]
 
     def _guard(self, what: str, fn, *args):
         try:
-            return fn(*args)
+            result = fn(*args)
+            if self.flusher.failure:        # a segment the flusher could not write
+                what, exc = self.flusher.failure
+                raise exc
+            return result
         except OSError as exc:
+            self.flusher.wait()             # the segments before the failed one are kept
             kept = sum(t.segments for t in self.tables.values())
             why = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
             self.failed = f"writing {what} to {self.path} failed: {why}; {kept} finished segments kept"
@@ -299,6 +362,10 @@ class CaptureWriter:
         for t in self.tables.values():
             self._guard(t.name, t.tick, now)
 
+    def flush(self) -> None:
+        """Until every finished segment is on disk; a failure to write one is raised here."""
+        self._guard("segments", self.flusher.wait)
+
     def write_meta(self, meta: dict) -> None:
         self._guard(META_FILE, self.dir.replace_json, META_FILE, meta)
 
@@ -311,4 +378,5 @@ class CaptureWriter:
                 t.close()
             except OSError:
                 pass  # the rows of its open segment are lost; the finished ones stay
+        self.flusher.close()
         self.dir.close()

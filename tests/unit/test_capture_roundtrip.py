@@ -72,6 +72,7 @@ def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
 
     clock.t += cw.SEGMENT_SECONDS
     w.tick()                                     # a second after the first row: closed and renamed
+    w.flush()                                    # (by the flusher's thread)
     for table in ("syscall", "procs", "agent"):
         assert _ls(tmp_path / "cap" / table) == ["000001.arrow"], table
 
@@ -81,6 +82,7 @@ def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
                                   "counter": "sys_ring_full", "lost": 17}]))
     clock.t += 2 * cw.SEGMENT_SECONDS
     w.tick()
+    w.flush()
     assert _ls(tmp_path / "cap" / "syscall") == ["000001.arrow", "000002.arrow"]
     w.close()
 
@@ -109,6 +111,7 @@ def test_a_segment_closes_when_it_is_full_not_only_when_its_second_is_over(tmp_p
     for batch in batches:
         w.append("syscall", batch)
         assert w.tables["syscall"].size() - w.tables["syscall"].closed_bytes < cw.SEGMENT_BYTES
+    w.flush()
     segments = _ls(tmp_path / "cap" / "syscall")
     assert len(segments) >= 4                   # no tick: the clock did not move
     w.close()
@@ -141,6 +144,7 @@ def test_a_segment_reaches_the_disk_whole_and_a_leftover_dotfile_is_skipped(tmp_
     w.append("syscall", syscall_table([sc(1, ts=1)]))
     clock.t += cw.SEGMENT_SECONDS
     w.tick()
+    w.flush()
     w.append("syscall", syscall_table([sc(2, ts=2), sc(3, ts=3)]))   # stays open
     assert _ls(tmp_path / "cap" / "syscall") == ["000001.arrow"]
     with open(os.path.join(path, "syscall", ".000009.arrow.partial"), "wb") as f:
