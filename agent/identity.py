@@ -180,6 +180,31 @@ def read_identity(tgid: int, now_ns: int) -> Identity:
     return ident
 
 
+def _exited(tgid: int) -> bool:
+    """Gone, or a zombie (whose command line reads empty for good)."""
+    try:
+        return _read(f"/proc/{tgid}/stat").rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+MID_EXEC_TRIES = 10       # reads of a process that looks mid-exec, MID_EXEC_WAIT s apart
+MID_EXEC_WAIT = 0.05
+
+
+def read_settled(tgid: int, now_ns: int) -> Identity:
+    """read_identity, again a few times while the process looks mid-exec: an execve names the
+    process (comm) before the new program's arguments and environment are laid out, and reads of
+    them in between give nothing. Under emulation that window is long enough for a look at /proc
+    to land in it (in the VM rig, one rank of four, started through setpriv, went unnamed)."""
+    for _ in range(MID_EXEC_TRIES):
+        ident = read_identity(tgid, now_ns)
+        if ident.cmdline or ident.ppid in (None, 2) or tgid == 2 or _exited(tgid):    # whole, a kernel thread, gone
+            return ident
+        time.sleep(MID_EXEC_WAIT)
+    return ident
+
+
 @dataclass
 class _Job:
     tgid: int
@@ -215,7 +240,7 @@ class IdentityReader:
                 return
             with self._lock:
                 self._started[job.tgid] = time.monotonic()
-            job.result = read_identity(job.tgid, job.now_ns)
+            job.result = read_settled(job.tgid, job.now_ns)
             with self._lock:
                 self._started.pop(job.tgid, None)
                 self._abandoned.pop(job.tgid, None)
