@@ -86,5 +86,5 @@ NAMED = {
 
 # An ordinary user's agent (issue 22): the agent and ranks as uid 1000; the agent, refused
 # BPF, samples /proc and mountstats (test_no_root.py compares its verdicts with the BPF agent's).
-for _base in ("saturated", "frozen", "flush_stall", "unconstrained"):
+for _base in ("saturated", "flush_stall", "unconstrained", "frozen"):       # frozen last, as above
     NAMED[f"{_base}_sampled"] = [*NAMED[_base], "--agent-user", "slot"]
