@@ -12,6 +12,7 @@ false until the old one's read returns. Nothing here stats or opens a file on an
 """
 from __future__ import annotations
 
+import os
 import queue
 import resource
 import select
@@ -69,8 +70,9 @@ class SamplingThread:
     sample goes to `out` whole. An interval whose time has passed while a sample was still
     reading is not sampled late: it is counted (`late`)."""
 
-    def __init__(self, interval: float, job: JobProcesses, keep_path, skip: set[int]):
+    def __init__(self, interval: float, job: JobProcesses, keep_path, skip: set[int], wake=lambda: None):
         self.interval = interval
+        self.wake = wake        # the recorder's loop: a process joined or exec'd, read who it is now
         self.mountstats = MountstatsSampler()
         self.threads = ThreadSampler(job, keep_path, skip)
         self.skip = skip
@@ -97,6 +99,8 @@ class SamplingThread:
                 break
             if sample is not None:
                 self.out.put(sample)
+                if sample[5] or sample[7]:      # joined, exec'd: a short-lived one is gone by the next look
+                    self.wake()
             due += self.interval
             now = time.monotonic()
             if due < now:
@@ -143,8 +147,18 @@ class SampledRecorder(Recording):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self.job = JobProcesses(self.tgids)
         self.skip: set[int] = set()
-        self.sampling = SamplingThread(self.opts.interval, self.job, PathFilter(self.file_filter), self.skip)
+        self.sampling = SamplingThread(self.opts.interval, self.job, PathFilter(self.file_filter), self.skip,
+                                       self._wake_loop)
         self.samples = self._late_before = 0
+
+    def _wake_loop(self) -> None:
+        """From the sampling thread: drain now, not at the next WAIT (a process that joined is
+        read while it lives; in the VM rig a 1 s save's ranks were gone a second after the look
+        that found them, and went without rank)."""
+        try:
+            os.write(self._wake_w, b"s")
+        except (AttributeError, BlockingIOError):   # no loop yet (it drains at its start), or woken already
+            pass
 
     def _probes_meta(self) -> dict:
         return {"attached": {}, "skipped": {}}
@@ -206,7 +220,8 @@ class SampledRecorder(Recording):
         self._timed_out += 1
         if stuck:
             self.skip.add(stuck[1])
-        self.sampling = SamplingThread(self.opts.interval, self.job, sampling.threads.keep_path, self.skip)
+        self.sampling = SamplingThread(self.opts.interval, self.job, sampling.threads.keep_path, self.skip,
+                                       self._wake_loop)
         self._say(f"a /proc read of {'thread %d of process %d' % stuck[::-1] if stuck else 'the job'} "
                   f"did not answer within {READ_STUCK:g} s: sampling goes on without it", always=True)
 
