@@ -65,9 +65,7 @@ def test_flush_stall_without_root(flush_stall, flush_stall_sampled):
 @on_61("unconstrained", "unconstrained_sampled")
 def test_healthy_without_root(unconstrained, unconstrained_sampled):
     result = same_verdict(unconstrained, unconstrained_sampled, "healthy")
-    # every rank process was sampled. Their ranks are not asserted here: in this 1 s save, the
-    # boot's second scenario or later, the identity reads of the ranks went unanswered within
-    # their 2 s (an emulated CPU saturated by writeback), and the rows came out without rank
-    # (seen in 3 of 3 such boots, never in a boot of its own: 8 of 8 named in two)
-    pids = {r["pid"] for r in json.loads((unconstrained_sampled / "scenario.json").read_text())["ranks"]}
-    assert pids <= {pid for w in result["sampled"]["waits"] for pid in w["pids"]}, result["sampled"]["waits"]
+    # no finding to name them: the ranks are in where the samples found them (a 1 s save, after
+    # another scenario in the boot: its ranks were gone before the recorder asked who they were)
+    ranks = [w["rank"] for w in result["sampled"]["waits"]]
+    assert None not in ranks and sorted(ranks) == ranks_of(unconstrained_sampled), result["sampled"]["waits"]
