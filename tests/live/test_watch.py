@@ -2,12 +2,13 @@
 incident, and Debian's real Prometheus server scraping the metrics endpoint."""
 import json
 import os
-import select
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -42,23 +43,35 @@ def _free_port() -> int:
 
 
 class Watch:
-    """The watch daemon as a user starts it, its log read line by line."""
+    """The watch daemon as a user starts it, its log read line by line by a thread of its own
+    (select() on the pipe missed lines that came in one read with the line before: they sat in
+    the stream's buffer while select() waited for more)."""
 
     def __init__(self, *args):
         self.proc = subprocess.Popen([sys.executable, "-m", "slotscope.cli", "watch", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self._lines.put(line)
+        self._lines.put(None)       # the log's end: the daemon exited
 
     def wait_for(self, words: str, timeout: float = 120.0) -> str:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if select.select([self.proc.stderr], [], [], 0.5)[0]:
-                line = self.proc.stderr.readline()
-                if not line and self.proc.poll() is not None:
-                    break
-                self.log.append(line)
-                if words in line:
-                    return line
+            try:
+                line = self._lines.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.log.append(line)
+            if words in line:
+                return line
         raise AssertionError(f"no '{words}' in the watch's log: {''.join(self.log)}")
 
     def stop(self) -> int:
@@ -67,7 +80,11 @@ class Watch:
             rc = self.proc.wait(60)
         finally:
             self.proc.kill()
-        self.log += self.proc.stderr.readlines()
+        self._reader.join(10)
+        while not self._lines.empty():
+            line = self._lines.get()
+            if line is not None:
+                self.log.append(line)
         return rc
 
 
