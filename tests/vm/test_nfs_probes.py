@@ -160,7 +160,7 @@ def test_server_freeze(frozen):
     messages = cap.read("kmsg")["message"].to_pylist()
     assert any("10.0.0.1 not responding" in m for m in messages)
     assert any("10.0.0.1 OK" in m for m in messages)
-    from slotscope.agent.recorder import AGENT_EVERY
+    from slotscope.agent.recording import AGENT_EVERY
     ts = sorted(cap.read("agent")["ts"].to_pylist())     # the agent's own rows, through the freeze
     assert (ts[-1] - ts[0]) > 25e9
     assert max(b - a for a, b in zip(ts, ts[1:])) < 2 * AGENT_EVERY * 1e9
