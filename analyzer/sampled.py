@@ -30,54 +30,19 @@ from .ranks import with_identity
 from .thresholds import Thresholds
 from .transports import slot_limit
 from .units import ms, pct, plural, size
+from .waits import NFS_WAITS, WAIT_MEANS, wait_kind
 
 S = 1_000_000_000
 
-# /proc/PID/wchan -> what the thread waits for. The names differ between kernels: page waits
-# are wait_on_page_bit_common (5.10) and folio_wait_bit_common (5.16 and later, 6.1, 6.12);
-# rpc_wait_bit_killable and nfs_wait_bit_killable are the same name in all of them.
-WAITS: dict[str, str] = {
-    # a synchronous RPC (__rpc_execute): for a slot, to transmit, for the server's reply
-    "rpc_wait_bit_killable": "rpc",
-    # an NFS bit: a request or page group locked, a COMMIT in progress (NFS_INO_COMMIT), state recovery
-    "nfs_wait_bit_killable": "nfs", "nfs_wait_bit_uninterruptible": "nfs",
-    "nfs_commit_inode": "nfs", "__nfs_commit_inode": "nfs", "wait_on_commit": "nfs",
-    # a page (folio) under writeback: fsync/close waiting for its WRITEs, or for a locked page
-    "folio_wait_bit_common": "writeback", "folio_wait_bit": "writeback", "folio_wait_writeback": "writeback",
-    "wait_on_page_bit_common": "writeback", "wait_on_page_bit": "writeback",
-    "wait_on_page_writeback": "writeback", "__folio_lock": "writeback", "__lock_page": "writeback",
-    # NFS's own write congestion (nfs_writepages waits for write_congestion_wait)
-    "nfs_writepages": "writeback", "nfs_writepages_callback": "writeback", "nfs_do_writepage": "writeback",
-    "balance_dirty_pages": "dirty_throttle",
-    "pipe_write": "pipe", "pipe_read": "pipe", "unix_stream_read_generic": "socket",
-    "futex_wait_queue": "futex", "futex_wait_queue_me": "futex", "futex_wait": "futex",
-    "do_epoll_wait": "poll", "ep_poll": "poll", "do_select": "poll", "do_sys_poll": "poll",
-    "poll_schedule_timeout": "poll", "hrtimer_nanosleep": "sleep", "do_nanosleep": "sleep",
-    "__mutex_lock": "lock", "mutex_lock": "lock", "rwsem_down_write_slowpath": "lock",
-    "rwsem_down_read_slowpath": "lock",
-}
-WAIT_MEANS = {
-    "rpc": "an RPC to the server (a slot, the wire, the reply)", "nfs": "an NFS request or COMMIT in progress",
-    "writeback": "pages being written back", "dirty_throttle": "throttled for dirtying pages too fast",
-    "pipe": "a pipe", "socket": "a socket", "futex": "another thread (futex)", "poll": "poll/epoll",
-    "sleep": "a sleep", "lock": "a kernel lock", "running": "running",
-    "blocked": "uninterruptible sleep (D) where the kernel gave no wchan", "other": "elsewhere in the kernel",
-}
-NFS_WAITS = ("rpc", "nfs", "writeback", "dirty_throttle", "blocked")
 BPF_ADDS = {
     "slot_saturation": "each RPC's slot wait, slot occupancy over time against the limit, and whose RPCs waited",
     "server_unresponsive": "each RPC's send and reply times, the RPCs outstanding at the stop, the kernel log",
     "flush_commit_stall": "each close/fsync's duration per rank and file, and each COMMIT's",
     "small_sync_writes": "each WRITE's size and stability (FILE_SYNC/UNSTABLE) per rank and file",
+    # findings.py's, on the rank table of a sampled capture (sampled_activity.py)
+    "straggler_rank": "each call the late rank made, and how long it waited in each",
+    "straggler_node": "each call the late node's ranks made, and their RPCs' slot wait and round trip",
 }
-
-
-def wait_kind(state: str | None, wchan: str | None) -> str:
-    if state == "R":
-        return "running"
-    if wchan in (None, "", "0"):      # some kernels give no wchan: D state is still a block in the kernel
-        return "blocked" if state == "D" else "other"
-    return WAITS.get(wchan, "other")
 
 
 @dataclass
@@ -156,6 +121,17 @@ def _common(c: Counters) -> dict:
     return {"shortest_stall_visible_s": round(c.interval_ns / S, 3)}
 
 
+def _grouped(samples: pa.Table, keys: list[str], times: bool = False) -> list[dict]:
+    """The samples counted (`n`) per distinct `keys` (with the first and last ts with `times`),
+    in the order of their first sample: the rows are many (threads x intervals), the distinct
+    places a rank was in few."""
+    t = samples.select(keys + ["ts"]).append_column("order", pa.array(np.arange(samples.num_rows)))
+    g = t.group_by(keys, use_threads=False).aggregate(
+        [("order", "min"), ("order", "count")] + ([("ts", "min"), ("ts", "max")] if times else []))
+    g = g.sort_by("order_min").rename_columns({"order_count": "n"})
+    return g.to_pylist()
+
+
 def _ranks(c: Counters, t0: int, t1: int, keep, host: str | None = None) -> tuple[list[int], list[dict]]:
     """Ranks (of `host`, or all) with samples in [t0, t1] for which keep(kind, syscall) holds:
     their ids and, per rank, the share of its samples there and its most seen file."""
@@ -166,14 +142,14 @@ def _ranks(c: Counters, t0: int, t1: int, keep, host: str | None = None) -> tupl
         m = pc.and_(m, pc.equal(c.samples["host"], host))
     s = c.samples.filter(m)
     per: dict = {}
-    for r in s.select(["rank", "tgid", "state", "wchan", "syscall", "path"]).to_pylist():
+    for r in _grouped(s, ["rank", "tgid", "state", "wchan", "syscall", "path"]):
         # (rank, None), or (None, pid) for a process without a rank
         e = per.setdefault((r["rank"], None if r["rank"] is not None else r["tgid"]), [0, 0, Counter()])
-        e[1] += 1
+        e[1] += r["n"]
         if keep(wait_kind(r["state"], r["wchan"]), r["syscall"]):
-            e[0] += 1
+            e[0] += r["n"]
             if r["path"]:
-                e[2][r["path"]] += 1
+                e[2][r["path"]] += r["n"]
     hit = {k: v for k, v in per.items() if v[0]}
     rows = [{"rank": rank, "pid": pid, "sampled_share": round(v[0] / v[1], 3),
              "path": v[2].most_common(1)[0][0] if v[2] else None}
@@ -312,14 +288,14 @@ def flush_commit_stall(c: Counters, th: Thresholds) -> list[Finding]:
     on_mount = _on_mounts(c.samples["path"], c.mounts())
     s = c.samples.filter(on_mount)
     per: dict = {}          # (rank, pid of a process without one) -> [in flushes, samples, calls, first, last]
-    for r in s.select(["rank", "tgid", "syscall", "state", "ts"]).to_pylist():
+    for r in _grouped(s, ["rank", "tgid", "syscall", "state"], times=True):
         e = per.setdefault((r["rank"], None if r["rank"] is not None else r["tgid"]),
-                           [0, 0, Counter(), r["ts"], r["ts"]])
-        e[1] += 1
-        e[3], e[4] = min(e[3], r["ts"]), max(e[4], r["ts"])
+                           [0, 0, Counter(), r["ts_min"], r["ts_max"]])
+        e[1] += r["n"]
+        e[3], e[4] = min(e[3], r["ts_min"]), max(e[4], r["ts_max"])
         if r["syscall"] in FLUSH_SYSCALLS and r["state"] != "R":
-            e[0] += 1
-            e[2][r["syscall"]] += 1
+            e[0] += r["n"]
+            e[2][r["syscall"]] += r["n"]
     if not per:
         return []
     flush_s = median(v[0] * c.interval_ns / S for v in per.values())
@@ -400,23 +376,31 @@ def detect(c: Counters, th: Thresholds) -> list[Finding]:
     return found
 
 
+def qualify(found: list[Finding], c: Counters) -> None:
+    """findings.py's findings made from a sampled capture's rank table: how sure they are, and
+    what a BPF recording would add."""
+    for f in found:
+        if f.confidence is None and f.kind in BPF_ADDS:
+            f.confidence, f.bpf_would_add = c.confidence(), BPF_ADDS[f.kind]
+
+
 def waits(c: Counters) -> list[dict]:
     """Per rank (or process without one): its samples, the share in each wait, and the file
     and syscall it was most often sampled in while waiting on NFS."""
     if c.samples is None:
         return []
     per: dict = {}
-    for r in c.samples.select(["rank", "tgid", "state", "wchan", "syscall", "path"]).to_pylist():
+    for r in _grouped(c.samples, ["rank", "tgid", "state", "wchan", "syscall", "path"]):
         key = (r["rank"], None if r["rank"] is not None else r["tgid"])
         e = per.setdefault(key, {"kinds": Counter(), "files": Counter(), "calls": Counter(), "pids": set()})
         kind = wait_kind(r["state"], r["wchan"])
-        e["kinds"][kind] += 1
+        e["kinds"][kind] += r["n"]
         e["pids"].add(r["tgid"])
         if kind in NFS_WAITS:
             if r["path"]:
-                e["files"][r["path"]] += 1
+                e["files"][r["path"]] += r["n"]
             if r["syscall"]:
-                e["calls"][r["syscall"]] += 1
+                e["calls"][r["syscall"]] += r["n"]
     out = []
     for (rank, pid), e in sorted(per.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0, kv[0][1] or 0)):
         total = sum(e["kinds"].values())

@@ -14,7 +14,7 @@ from unit_helpers import assert_one_line_error, run_slotscope
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.job import Job, utc_ns
 from slotscope.analyzer.mountstats_report import analyze_copies, copies
-from slotscope.analyzer.sampled import wait_kind
+from slotscope.analyzer.waits import wait_kind
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import synth  # noqa: E402
@@ -147,10 +147,11 @@ def test_a_flush_that_fills_the_link_is_not_a_stall(tmp_path):
 
 def test_a_flush_stall_on_an_idle_link_is_a_warning(saves):
     """The link's use known (NIC counters): the flush is judged as BPF judges it, a warning whose
-    summary gives the link's use."""
+    summary gives the link's use (over the save: the ranks' sampled activity; 13% of 10 Gb/s here,
+    the 3 s COMMITs leaving it idle)."""
     _, result = saves["fsync"]
     f = finding(result, "flush_commit_stall")
-    assert f["severity"] == "warning" and f["evidence"]["link_mean_util"] < 0.1
+    assert f["severity"] == "warning" and f["evidence"]["link_mean_util"] < 0.2
     assert "with the link at" in f["summary"]
 
 
