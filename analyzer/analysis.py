@@ -116,12 +116,7 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
     """The questions of the failure write-ups, answered with this capture's numbers."""
     out = []
     for t in result["transports"]:
-        limit = t["max_slots"] if not t["session_slots"] else min(t["max_slots"] or 1 << 30, t["session_slots"])
-        full = t["saturated_fraction"]
-        out.append({"question": f"slot table saturated ({t['server']})",
-                    "answer": None if full is None else ("yes" if full >= 0.05 else "no"),
-                    "value": f"peak {t['peak_in_use']} in use of {limit or '?'}, "
-                             f"full {100 * (full or 0):.0f}% of the save, up to {t['backlog_peak']} waiting"})
+        out.append(_slots_question(t, result))
         link = t["link"]
         if link:
             util = link["mean_util"]
@@ -137,11 +132,35 @@ def checklist(result: dict, window: tuple[int, int] | None) -> list[dict]:
         out.append({"question": "checkpoint write duration", "answer": number(secs, "s"),
                     "value": (f"ranks {number(durations[0], like=like)}-{number(durations[-1], 's')}, median "
                               f"{number(durations[len(durations) // 2], 's', like=like)}") if durations
-                    else "no writes traced"})
+                    else "no writes seen"})
     rerun = _rerun(result.get("saves") or [])
     if rerun:
         out.append(rerun)
     return out
+
+
+def _slots_question(t: dict, result: dict) -> dict:
+    """The checklist's "slot table saturated" for a transport: from its slot samples (BPF), from
+    mountstats' counters (a sampled capture: whether they made a slot_saturation finding), or
+    not answered."""
+    limit = t["max_slots"] if not t["session_slots"] else min(t["max_slots"] or 1 << 30, t["session_slots"])
+    full = t["saturated_fraction"]
+    question = f"slot table saturated ({t['server']})"
+    if full is not None:
+        return {"question": question, "answer": "yes" if full >= 0.05 else "no",
+                "value": f"peak {t['peak_in_use']} in use of {limit or '?'}, "
+                         f"full {100 * full:.0f}% of the save, up to {t['backlog_peak']} waiting"}
+    if "sampled" not in result:
+        return {"question": question, "answer": None, "value": "no slot samples (the sunrpc probes did not run)"}
+    f = next((f for f in result["findings"] if f["kind"] == "slot_saturation" and t["server"] in f["servers"]), None)
+    if f is None:
+        return {"question": question, "answer": "no",
+                "value": f"mountstats: WRITEs did not queue for a slot (limit {limit or '?'})"}
+    ev = f["evidence"]
+    return {"question": question, "answer": "yes",
+            "value": f"mountstats: WRITEs queued {pct(ev['queue_share'])} of their time, each send finding "
+                     f"{ev['mean_backlog_per_send']} waiting; high-water {ev['peak_in_use']} of {limit or '?'} "
+                     "since the mount"}
 
 
 def _rerun(saves: list[dict]) -> dict | None:
@@ -234,6 +253,8 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
     if counters:
         counters.link_util = link_util(ctx.transports)
     findings = find(ctx, sampled.detect(counters, th) if counters else [])
+    if counters:
+        sampled.qualify(findings, counters)
     predict_fixes(ctx, findings)
     notes = []
     nothing = not ranks and rpc is None and ctx.log is None and (counters is None or counters.ops is None)

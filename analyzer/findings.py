@@ -323,7 +323,8 @@ def _ranks_blocked_in(ctx: Context, start: int | None, end: int | None) -> list[
 
 def flush_commit_stall(ctx: Context) -> list[Finding]:
     th = ctx.th
-    savers = [r for r in ctx.savers() if r["save_s"] > 0]
+    # a sampled rank's time in close/fsync is counted in samples: sampled.flush_commit_stall judges it
+    savers = [r for r in ctx.savers() if r["save_s"] > 0 and not r["from_samples"]]
     if not savers:
         return []
     flush_s = median(r["flush_ns"] / S for r in savers)
@@ -709,9 +710,10 @@ EXPLAINS = {
         # when the late ranks are a late node's
         ("straggler_node", lambda s, c: bool(s.ranks) and set(s.ranks) <= set(c.ranks),
          "they are the late node's ranks"),
-        # when the small synchronous writes set the stragglers apart (not every rank makes them)
+        # when the small synchronous writes set the stragglers apart (not every rank makes them; a
+        # sampled capture's counters do not say whose writes were small)
         ("small_sync_writes", lambda s, c: bool(s.ranks) and set(s.ranks) <= set(c.ranks)
-         and c.evidence["ranks_affected"] < c.evidence["ranks"],
+         and "ranks_affected" in c.evidence and c.evidence["ranks_affected"] < c.evidence["ranks"],
          "its small synchronous writes, each a round trip")],
     "flush_commit_stall": [("slot_saturation", lambda s, c: _overlap(s, c) and _same_servers(s, c),
                             "the flush waits behind the full slot table")],

@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 
 from slotscope.capture.meta import start_ns
 
+from . import sampled_activity
 from .job import Job
 from .ranks import RANK_KEYS, with_identity
 
@@ -23,7 +24,8 @@ class BlockedCall:
     syscall: str
     path: str | None
     age_ns: int                      # in it for this long, as of the cursor (or of the snapshot)
-    source: str                      # "snapshot" (the agent's blocked table) or "trace" (its row, in replay)
+    source: str                      # "snapshot" (the agent's blocked table), "trace" (its row, in replay)
+                                     # or "sample" (a sampled capture's thread samples)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ def in_progress(job: Job, everything: Job | None, now_ns: int, fresh_ns: int = S
     every second: the latest snapshot at or before the cursor, if within `fresh_ns` of it; age
     as of the snapshot); and, when `everything` (the whole job, past the cursor) is given, the
     syscall rows that began before the cursor and returned after it (rows are written when a
-    call returns, so in replay they show what a rank was stuck in then; age as of the cursor)."""
+    call returns, so in replay they show what a rank was stuck in then; age as of the cursor).
+    A sampled capture's are the NFS waits of its latest sample at or before the cursor, if
+    within `fresh_ns` of it (age: how long the samples saw it)."""
     parts = []
     hosts = []
     for i, cap in enumerate(job.captures):
@@ -80,6 +84,10 @@ def in_progress(job: Job, everything: Job | None, now_ns: int, fresh_ns: int = S
                         "ts_enter": enter, "age_ns": pc.subtract(pa.scalar(cut, pa.int64()), enter),
                         "source": pa.array(["trace"] * span.num_rows, pa.string())}))
                     hosts.append((host, span.num_rows))
+    sampled = _sampled(job, now_ns, fresh_ns)
+    if sampled is not None:
+        parts.append(sampled.drop_columns(["host"]))
+        hosts += [(h, 1) for h in sampled["host"].to_pylist()]
     if not parts:
         return None
     t = pa.concat_tables(parts)
@@ -95,6 +103,22 @@ def in_progress(job: Job, everything: Job | None, now_ns: int, fresh_ns: int = S
         seen.add(k)
     t = t.filter(pa.array(keep))
     return with_identity(job, t).sort_by([("age_ns", "descending"), ("tid", "ascending")])
+
+
+def _sampled(job: Job, now_ns: int, fresh_ns: int) -> pa.Table | None:
+    """in_progress()'s rows from a sampled capture's last sample (job: as of the cursor)."""
+    t = sampled_activity.waiting_at_last_sample(job)
+    if t is None:
+        return None
+    cut = {c.meta.get("host", "?"): start_ns(c.meta) + now_ns for c in job.captures}
+    hosts = t["host"].to_pylist()
+    mono = pc.subtract(t["ts"], pa.array([job.utc_offset_ns(h) for h in hosts], pa.int64()))
+    fresh = pc.greater_equal(mono, pa.array([cut[h] - fresh_ns for h in hosts], pa.int64()))
+    t, mono = t.filter(fresh), mono.filter(fresh)
+    return pa.table({"tgid": pc.cast(t["tgid"], pa.uint32()), "tid": pc.cast(t["tid"], pa.uint32()),
+                     "syscall": t["syscall"], "path": t["path"], "ts_enter": pc.subtract(mono, t["age_ns"]),
+                     "age_ns": t["age_ns"], "source": pa.array(["sample"] * t.num_rows, pa.string()),
+                     "host": t["host"]})
 
 
 def blocked_now(calls: pa.Table | None) -> dict[tuple, BlockedNow]:

@@ -164,8 +164,9 @@ class Job:
 # Rows overlapping a window: (begin column, end column) of each table; "ts" when not listed.
 SPAN_COLUMNS = {"syscall": ("ts_enter", "ts_exit"), "rpc": ("ts_begin", "ts_end")}
 # State, not events: identities hold from their row on; occupancy samples and NIC counters
-# before the window say what held at its start (the analysis clips them to the window).
-UNWINDOWED = {"procs": "never", "slots": "until", "netdev": "until"}
+# before the window say what held at its start, and the cumulative I/O counters of a sampled
+# capture its baseline (the analysis clips them to the window).
+UNWINDOWED = {"procs": "never", "slots": "until", "netdev": "until", "proc_io": "until"}
 
 
 @dataclass

@@ -8,6 +8,7 @@ from .attribution import attributed_writes
 from .calls import file_calls
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, OP_NUMBER, WRITE_SYSCALLS
 
+from . import sampled_activity
 from .job import Job, iso_utc, with_host
 
 RANK_KEYS = ["host", "rank", "solo"]
@@ -76,27 +77,18 @@ def blocked_calls(job: Job) -> pa.Table | None:
 
 def rank_table(job: Job) -> list[dict]:
     """One entry per rank (per process for processes without a rank), as in the JSON contract,
-    with when its save started and ended (UTC ns: first syscall entered, last one returned)."""
+    with when its save started and ended (UTC ns: first syscall entered, last one returned).
+    A sampled capture's are made of its samples (_sampled_table)."""
     procs = per_process(job)
     stuck = blocked_calls(job)
     if procs is None and stuck is None:
-        return []
+        return _sampled_table(job)
     ranks: dict[tuple, dict] = {}
     comms: dict[tuple, set] = {}
 
     def entry(row: dict, start: int, end: int) -> dict:
-        key = (row["host"], row["rank"], row["solo"])
         offset = job.utc_offset_ns(row["host"])
-        start, end = start + offset, end + offset
-        r = ranks.get(key)
-        if r is None:
-            r = ranks[key] = new_entry(row["rank"], row["host"], start, end)
-        if row["tgid"] not in r["pids"]:
-            r["pids"].append(row["tgid"])
-        if row["comm"]:
-            comms.setdefault(key, set()).add(row["comm"])
-        r["save_start_ns"], r["save_end_ns"] = min(r["save_start_ns"], start), max(r["save_end_ns"], end)
-        return r
+        return _entry(ranks, comms, row, start + offset, end + offset)
 
     # A call still blocked at the stop has no row of its own; its snapshots keep the rank's save open.
     for row in with_identity(job, stuck).to_pylist() if stuck is not None else ():
@@ -108,9 +100,54 @@ def rank_table(job: Job) -> list[dict]:
         r = entry(row, row["ts_enter_min"], row["ts_exit_max"])
         add_calls(r, row["syscall"], row["latency_ns_count"], row["latency_ns_sum"], row["latency_ns_max"],
                   row["bytes_sum"])
+    _charge_rpcs(job, ranks)
+    return _finished(ranks, comms)
+
+
+def _sampled_table(job: Job) -> list[dict]:
+    """A sampled capture's ranks (sampled_activity.py): no call is traced, so no syscalls and no
+    RPCs per rank (write_rpcs and slot_wait_ns stay None); bytes written, the save's times and
+    the time blocked are estimates good to an interval."""
+    procs = sampled_activity.per_process(job)
+    if procs is None:
+        return []
+    stuck: dict[tuple, dict] = {}      # (host, tgid) -> the longest wait its threads were in at the stop
+    for w in (sampled_activity.waiting_at_last_sample(job) or pa.table({"age_ns": []})).to_pylist():
+        if (w["host"], w["tgid"]) not in stuck or w["age_ns"] / 1e9 > stuck[(w["host"], w["tgid"])]["seconds"]:
+            stuck[(w["host"], w["tgid"])] = {"syscall": w["syscall"], "path": w["path"], "pid": w["tgid"],
+                                             "seconds": w["age_ns"] / 1e9}
+    ranks: dict[tuple, dict] = {}
+    comms: dict[tuple, set] = {}
+    for row in with_identity(job, procs).to_pylist():
+        r = _entry(ranks, comms, row, row["start_ns"], row["end_ns"])
+        r["from_samples"] = True
+        r["bytes_written"] += row["bytes"]
+        r["blocked_ns"] += row["blocked_ns"]
+        r["flush_ns"] += row["flush_ns"]
+        at_stop = stuck.get((row["host"], row["tgid"]))
+        if at_stop and (r["blocked_at_stop"] is None or at_stop["seconds"] > r["blocked_at_stop"]["seconds"]):
+            r["blocked_at_stop"] = at_stop
+    return _finished(ranks, comms)
+
+
+def _entry(ranks: dict[tuple, dict], comms: dict[tuple, set], row: dict, start: int, end: int) -> dict:
+    """The entry of a process's rank (row: with_identity()'s columns), made or widened to its
+    times (UTC ns)."""
+    key = (row["host"], row["rank"], row["solo"])
+    r = ranks.get(key)
+    if r is None:
+        r = ranks[key] = new_entry(row["rank"], row["host"], start, end)
+    if row["tgid"] not in r["pids"]:
+        r["pids"].append(row["tgid"])
+    if row["comm"]:
+        comms.setdefault(key, set()).add(row["comm"])
+    r["save_start_ns"], r["save_end_ns"] = min(r["save_start_ns"], start), max(r["save_end_ns"], end)
+    return r
+
+
+def _finished(ranks: dict[tuple, dict], comms: dict[tuple, set]) -> list[dict]:
     for key, r in ranks.items():
         finish_entry(r, comms.get(key))
-    _charge_rpcs(job, ranks)
     return sorted(ranks.values(), key=lambda r: (r["rank"] is None, r["rank"] or 0, r["host"], r["pids"]))
 
 
@@ -140,7 +177,7 @@ def new_entry(rank: int | None, host: str, start_ns: int, end_ns: int) -> dict:
     return {"rank": rank, "host": host, "pids": [], "comm": None,
             "bytes_written": 0, "write_rpcs": None, "write_rpc_bytes": None, "mean_rpc_bytes": None,
             "syscalls": {}, "blocked_ns": 0, "flush_ns": 0, "slot_wait_ns": None,
-            "save_start_ns": start_ns, "save_end_ns": end_ns, "blocked_at_stop": None}
+            "save_start_ns": start_ns, "save_end_ns": end_ns, "blocked_at_stop": None, "from_samples": False}
 
 
 def add_calls(r: dict, syscall: str, count: int, total_ns: int, max_ns: int, nbytes: int | None) -> None:

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from slotscope.capture.syscalls import (FLUSH_SYSCALLS, MKDIR_SYSCALLS, OPEN_SYSCALLS, RENAME_SYSCALLS,
                                         WRITE_SYSCALLS)
 
+from . import sampled_activity
 from .checkpoints import describe
 from .job import Job
 from .units import ms, seconds, size
@@ -81,19 +82,49 @@ def burst_numbers(enter: np.ndarray, exit_: np.ndarray, gap_ns: int) -> np.ndarr
 def find_saves(job: Job, gap_s: float) -> list[Save]:
     ev = file_events(job)
     if ev is None:
-        return []
+        return _sampled_saves(job, gap_s)
     enter = ev["ts_enter_utc"].to_numpy()
-    burst = burst_numbers(enter, ev["ts_exit_utc"].to_numpy(), int(gap_s * 1e9))
-    wrote = pc.fill_null(ev["bytes"], 0).to_numpy()
-    # a burst that wrote nothing joins the next (the last one's goes to the one before)
+    burst = _saves_of_bursts(burst_numbers(enter, ev["ts_exit_utc"].to_numpy(), int(gap_s * 1e9)),
+                             pc.fill_null(ev["bytes"], 0).to_numpy())
+    ev = ev.append_column("save", pa.array(burst))
+    return [_save(number, ev.filter(pc.equal(ev["save"], idx))) for number, idx in enumerate(np.unique(burst), 1)]
+
+
+def _saves_of_bursts(burst: np.ndarray, wrote: np.ndarray) -> np.ndarray:
+    """Each event's save, the burst_numbers() of the bursts that wrote: a burst that wrote
+    nothing joins the next (the last one's goes to the one before)."""
     totals = np.bincount(burst, weights=wrote)
     keep = np.flatnonzero(totals > 0)
+    if not keep.size:
+        return np.zeros(0, np.int64)
     target = keep[np.minimum(np.searchsorted(keep, np.arange(len(totals))), len(keep) - 1)]
-    ev = ev.append_column("save", pa.array(target[burst]))
+    return target[burst]
+
+
+def _sampled_saves(job: Job, gap_s: float) -> list[Save]:
+    """A sampled capture's saves: bursts of the intervals in which its processes' write_bytes
+    grew, with the files its samples found them writing, closing or syncing (sampled_activity.py:
+    each file's own bytes are not known, nor renames)."""
+    grew, named = sampled_activity.growth(job), sampled_activity.file_samples(job)
+    if grew is None:
+        return []
+    n = named.num_rows if named is not None else 0
+    enter = np.r_[grew["since"].to_numpy(), named["ts"].to_numpy() if n else []].astype(np.int64)
+    leave = np.r_[grew["ts"].to_numpy(), named["ts"].to_numpy() if n else []].astype(np.int64)
+    wrote = np.r_[grew["bytes"].to_numpy(), np.zeros(n, np.int64)]
+    paths = [None] * grew.num_rows + (named["path"].to_pylist() if n else [])
+    order = np.argsort(enter, kind="stable")
+    enter, leave, wrote = enter[order], leave[order], wrote[order]
+    burst = _saves_of_bursts(burst_numbers(enter, leave, int(gap_s * 1e9)), wrote)
     saves = []
-    for number, idx in enumerate(keep, 1):
-        rows = ev.filter(pc.equal(ev["save"], idx))
-        saves.append(_save(number, rows))
+    for number, idx in enumerate(np.unique(burst), 1):
+        mine = burst == idx
+        files = dict.fromkeys(sorted({paths[i] for i in order[mine] if paths[i]}), 0)
+        dirs = [os.path.dirname(p) for p in files if p.startswith("/")]
+        directory = os.path.commonpath(dirs) if dirs else None
+        saves.append(Save(number=number, start_ns=int(enter[mine].min()), end_ns=int(leave[mine].max()),
+                          first_write_ns=int(enter[mine & (wrote > 0)].min()), bytes=int(wrote[mine].sum()),
+                          files=files, renamed=0, directory=directory, what=describe(list(files), directory)))
     return saves
 
 

@@ -272,6 +272,7 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
         w.append("ms_xprt", _ms_table("ms_xprt", texts, realtime_start_ns - mono_start_ns))
         w.append("thread_samples", _thread_samples(rows, model["open"], stop, cols, people, mode, grid[1:],
                                                    mono_start_ns))
+        w.append("proc_io", _proc_io(rows, people, grid[1:], mono_start_ns))
     elif sim.rpcs and nfs_probes:
         w.append("rpc", _rpc(cols, stop, mono_start_ns, session_bound))
         w.append("nfs_io", _nfs_io(cols, mono_start_ns))
@@ -561,11 +562,26 @@ def _ms_table(name, texts, utc_offset):
     return pa.Table.from_pylist(rows, schema=schema(name))
 
 
+def _proc_io(rows, people, grid, mono0):
+    """Each rank's /proc/PID/io at each sample: the bytes of its writes returned by then as
+    write_bytes (pages dirtied, or written through), the calls as syscw."""
+    out = []
+    for p in people:
+        writes = sorted((r[1], r[5]) for r in rows if r[2] == p["pid"] and r[3] == "write")
+        ends = np.array([e for e, _ in writes], np.int64)
+        total = np.cumsum([0] + [n for _, n in writes])
+        for t in grid:
+            done = int(np.searchsorted(ends, t, "right"))
+            out.append({"ts": mono0 + int(t), "tgid": p["pid"], "rchar": 0, "wchar": int(total[done]), "syscr": 0,
+                        "syscw": done, "read_bytes": 0, "write_bytes": int(total[done])})
+    return pa.Table.from_pylist(out, schema=schema("proc_io"))
+
+
 def _thread_samples(rows, still, stop, c, people, mode, grid, mono0):
     """Where each rank was at each sample: in which syscall, on which file, waiting in what."""
     commit_at = {int(f): int(b) for f, b, p in zip(c["fileid"], c["begin"], c["proc"]) if p == "COMMIT"}
     calls = {}
-    for r in [*rows, *((*call[:1], stop, *call[2:]) for call in still)]:
+    for r in [*rows, *((*call[:1], 1 << 62, *call[2:]) for call in still)]:     # still in it at every sample
         calls.setdefault(r[2], []).append(r)
     out = []
     for p in people:
