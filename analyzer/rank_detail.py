@@ -1,6 +1,7 @@
 """One rank's drill-down in the TUI, as of the time cursor."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -12,7 +13,9 @@ from .attribution import attributed_rpcs
 from .in_progress import BlockedCall, call_list
 from .job import Job
 from .rpcs import by_proc
+from .sampled_activity import WRITING_CALLS
 from .timeline import syscalls_since_start
+from .waits import wait_kind
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,16 @@ class RankDetail:
     by_proc: dict[str, dict]         # rpcs.by_proc() of its attributed RPCs
     attribution: dict[str, int]      # how many of them each way of attributing gave it
     blocked: list[BlockedCall]       # the longest first
+    waits: list[tuple[str, int]] | None = None     # a sampled capture: its threads' samples per wait
+                                                   # (waits.py), the most first; None: not sampled
+    sampled_files: list[tuple[str, int]] = ()      # and per file, the samples that found it in a call on it
 
 
 def rank_detail(job: Job, host: str, pids: list[int], calls: pa.Table | None = None) -> RankDetail:
     """One rank's drill-down, as of the job's cursor: the files it wrote or touched (bytes
     written, calls, time in them), its RPCs split per procedure (rpcs.by_proc over the
-    attributed rows: direct, or by the file written back), and the calls it is blocked in."""
+    attributed rows: direct, or by the file written back), and the calls it is blocked in. Of a
+    sampled capture (no syscall traced): where its threads' samples found them, and on which file."""
     files, procs, attribution, blocked = [], {}, {}, []
     sc = syscalls_since_start(job, ["tgid", "syscall", "latency_ns", "bytes", "ts_exit", "path"])
     mine = pa.array(pids, pa.uint32())
@@ -59,4 +66,11 @@ def rank_detail(job: Job, host: str, pids: list[int], calls: pa.Table | None = N
             attribution = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
     if calls is not None:
         blocked = call_list(calls.filter(pc.and_(pc.equal(calls["host"], host), pc.is_in(calls["tgid"], mine))))
-    return RankDetail(files, procs, attribution, blocked)
+    samples = job.table("thread_samples") if sc is None else None
+    if samples is None:
+        return RankDetail(files, procs, attribution, blocked)
+    samples = samples.filter(pc.and_(pc.equal(samples["host"], host), pc.is_in(samples["tgid"], mine)))
+    rows = samples.select(["state", "wchan", "syscall", "path"]).to_pylist()
+    waits = Counter(wait_kind(r["state"], r["wchan"]) for r in rows)
+    named = Counter(r["path"] for r in rows if r["path"] and r["syscall"] in WRITING_CALLS)
+    return RankDetail(files, procs, attribution, blocked, waits.most_common(), named.most_common())

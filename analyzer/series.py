@@ -1,15 +1,17 @@
 """The transports' time series for the TUI's slots & link panel: slot occupancy and the link's
-rate from transport_table(), binned on the capture's time axis (ns since its start)."""
+rate from transport_table(), binned on the capture's time axis (ns since its start). A sampled
+capture's slot figures are mountstats' per interval (ms_xprt)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from slotscope.capture.meta import start_ns
 
 from .job import Job
-from .transports import transport_table
+from .transports import of_server, transport_table
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class TransportSeries:
     peak_in_use: int | None = None            # over the whole capture
     waiting_peak: int | None = None
     link: LinkSeries | None = None
+    from_mountstats: bool = False    # a sampled capture's: the mean in use and waiting each send found, per
+                                     # interval (mountstats' req_u and bklog_u), not each moment's
 
 
 def step_mean(ts: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -80,6 +84,9 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]
         limit = t["max_slots"] if not t["session_slots"] else min(t["max_slots"] or 1 << 30, t["session_slots"])
         slots = {}
         occ = t.get("_occupancy")
+        counted = of_server(cap.read("ms_xprt"), t["server"]) if occ is None else None
+        if counted is not None:
+            slots = _counted_slots(counted, start_ns(cap.meta), edges)
         if occ is not None:
             ts = occ.ts - to_axis
             in_use = occ.cols["in_use"]
@@ -101,3 +108,23 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]
                                rx=step_mean(ts, np.append(np.asarray(rx, float), 0.0), edges).tolist())
         out.append(TransportSeries(t["host"], t["server"], limit, bins, span_ns, **slots, link=rates))
     return out
+
+
+def _counted_slots(rows: pa.Table, start: int, edges: np.ndarray) -> dict:
+    """TransportSeries' slot figures from mountstats' transport counters per interval (ms_xprt
+    rows of one server, monotonic ns): each send adds the requests outstanding (req_u) and those
+    waiting for a slot (bklog_u) then, so their growth over the sends' is the mean each send found
+    in the interval before the row."""
+    g = rows.group_by(["ts", "interval_ns"]).aggregate([("sends", "sum"), ("req_u", "sum"), ("bklog_u", "sum")])
+    g = g.sort_by("ts")
+    sends = np.maximum(g["sends_sum"].to_numpy(), 1)
+    in_use, waiting = g["req_u_sum"].to_numpy() / sends, g["bklog_u_sum"].to_numpy() / sends
+    ends = g["ts"].to_numpy() - start
+    # each figure holds over its interval and none after it (an interval without a row sent nothing)
+    ts = np.ravel(np.column_stack([ends - g["interval_ns"].to_numpy(), ends]))
+
+    def step(v: np.ndarray) -> np.ndarray:
+        return np.ravel(np.column_stack([v, np.zeros_like(v)]))
+    return dict(in_use=step_mean(ts, step(in_use), edges).tolist(), in_use_peak=step_max(ts, step(in_use), edges).tolist(),
+                waiting=step_mean(ts, step(waiting), edges).tolist(), peak_in_use=int(np.ceil(in_use.max())),
+                waiting_peak=int(np.ceil(waiting.max())), from_mountstats=True)

@@ -101,13 +101,13 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
                                                                "wsize", "timeo", "retrans", "hard")},
                  "peak_in_use": None, "saturated_fraction": None, "saturated_s": None, "backlog_peak": None,
                  "mean_waiting": None, "link": link_usage(job, host, addr, window), "xprts": []}
-        xprts = _of_server(kernel_rows.get(host), server)
+        xprts = of_server(kernel_rows.get(host), server)
         if xprts is not None:
             entry["xprts"] = xprt_entries(xprts, offset, window)
             # the kernel's own limit: every connection's table (nconnect makes several)
             entry["max_slots"] = sum(x["max_reqs"] for x in entry["xprts"]) or limit
             limit = entry["max_slots"]
-        mine = _of_server(slots.get(host), server)
+        mine = of_server(slots.get(host), server)
         if mine is not None:
             occ = occupancy(mine, offset)
             entry["_occupancy"] = occ
@@ -129,7 +129,7 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
     return out
 
 
-def _of_server(t: pa.Table | None, server: str | None) -> pa.Table | None:
+def of_server(t: pa.Table | None, server: str | None) -> pa.Table | None:
     """The rows of `t` toward `server`, None when there are none."""
     if t is None:
         return None

@@ -21,7 +21,7 @@ from slotscope.analyzer.rank_detail import RankDetail
 from slotscope.analyzer.report_text import finding_lines, rank_ranges
 from slotscope.analyzer.rpcs import COLUMN_LEGEND, REST, SPLIT, split
 from slotscope.analyzer.thresholds import Thresholds
-from slotscope.analyzer.units import clock, ms, pids, plural, rate, round_rate, seconds, size
+from slotscope.analyzer.units import clock, ms, pct, pids, plural, rate, round_rate, seconds, size
 from slotscope.analyzer.view import Overview, RankRow, next_save, save_at
 
 from .flow import Flow, Para
@@ -250,7 +250,7 @@ def _line(*parts) -> Text:
 
 
 def nfs_text(view: Overview) -> Text:
-    if not view.has_rpc:
+    if not view.has_rpc and not any(s.from_mountstats for s in view.series):
         return _line(("slots & link", "bold"), "  no RPC data in this capture "
                      "(needs the sunrpc/NFS probes on a kernel with NFS)")
     series = view.series
@@ -286,12 +286,14 @@ def nfs_text(view: Overview) -> Text:
             peak = s.in_use_peak
             scale = limit or max(s.peak_in_use or 0, 1)
             full = f" · full {100 * t['saturated_fraction']:.0f}%" if t.get("saturated_fraction") is not None else ""
-            note = f"limit {limit or '?'} · peak {t.get('peak_in_use', s.peak_in_use)}{full}"
+            note = f"limit {limit or '?'} · peak {_known(t.get('peak_in_use'), s.peak_in_use)}{full}"
+            if s.from_mountstats:
+                note += " · mountstats"
             lines.append(_line(_label(f"{name} in use"), spark(
                 s.in_use, scale, lambda i: "red" if limit and peak[i] >= limit else "green", cursor), f"  {note}"))
             lines.append(_line(_label("  waiting for a slot"), spark(
                 s.waiting, max(s.waiting_peak or 0, 1), lambda i: "yellow", cursor),
-                f"  peak {t.get('backlog_peak', s.waiting_peak)} waiting"))
+                f"  peak {_known(t.get('backlog_peak'), s.waiting_peak)} waiting"))
         else:
             lines.append(_line(_label(f"{name} in use"), ("no slot samples", "dim")))
         link = s.link
@@ -307,6 +309,11 @@ def nfs_text(view: Overview) -> Text:
         lines.append(_line((f"+ {len(series) - len(shown):,} more transports, less busy "
                             f"(slotscope analyze lists them all)", "dim")))
     return Text("\n").join(lines)
+
+
+def _known(*values):
+    """The first value that is not None."""
+    return next((v for v in values if v is not None), None)
 
 
 # ---- RPC latency split per procedure ----
@@ -531,9 +538,13 @@ class RankScreen(Screen):
         self.detail = detail
         r = row.entry
         who = f"rank {r['rank']}" if r["rank"] is not None else f"pid {r['pids'][0]} (no rank)"
+        sampled = detail is not None and detail.waits is not None
+        # a sampled capture counts no call: its bytes are /proc/PID/io's, its time blocked the samples'
+        written = (f"written {size(r['bytes_written'])} (/proc/PID/io)" if sampled else
+                   f"written {size(r['bytes_written'])} in {row.extras.write_calls} writes")
         self.query_one("#rank-title", Static).update(Flow.of(Para.of(
             f"[b]{who}[/] on {escape(r['host'])}", f"pids {', '.join(map(str, r['pids']))}",
-            escape(r["comm"] or "?"), f"written {size(r['bytes_written'])} in {row.extras.write_calls} writes",
+            escape(r["comm"] or "?"), written,
             f"{r['write_rpcs'] if r['write_rpcs'] is not None else '-'} WRITE RPCs of {size(r['mean_rpc_bytes'])}",
             f"p99 {ms(row.extras.p99_ns)} ms", f"blocked {seconds(r['blocked_ns'], unit=True)}",
             f"slot wait {seconds(r['slot_wait_ns'], unit=True)}")))
@@ -549,9 +560,14 @@ class RankScreen(Screen):
                 f"; slowest in the 5 s before it: {escape(slow.syscall)} {ms(slow.latency_ns)} ms"
                 if slow else "") + "[/]")
         self.query_one("#rank-blocked", Static).update(Flow.of(text))
-        self.fill(self.query_one("#syscalls", DataTable), ("syscall", "count", "total ms", "max ms"), [
-            (name, f"{c['count']:,}", ms(c["total_ns"]), ms(c["max_ns"]))
-            for name, c in sorted(r["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"])])
+        if sampled:
+            total = sum(n for _, n in detail.waits) or 1
+            self.fill(self.query_one("#syscalls", DataTable), ("sampled in", "samples", "share"),
+                      [(kind, f"{n:,}", pct(n / total)) for kind, n in detail.waits])
+        else:
+            self.fill(self.query_one("#syscalls", DataTable), ("syscall", "count", "total ms", "max ms"), [
+                (name, f"{c['count']:,}", ms(c["total_ns"]), ms(c["max_ns"]))
+                for name, c in sorted(r["syscalls"].items(), key=lambda kv: -kv[1]["total_ns"])])
         title = self.query_one("#rank-rpc-title", Static)
         rpc_rows = []
         if detail is None:
@@ -570,9 +586,13 @@ class RankScreen(Screen):
                                  ms(p["p99_ns"])))
         self.fill(self.query_one("#rpcs", DataTable), RPC_COLUMNS, rpc_rows)
         files = self.query_one("#files", DataTable)
-        rows = [(f.path, size(f.bytes), f"{f.calls:,}", ms(f.total_ns), ms(f.max_ns))
-                for f in (detail.files if detail else [])]
-        titles = ("file", "written", "calls", "total ms", "max ms")
+        if sampled:
+            rows = [(path, f"{n:,}") for path, n in detail.sampled_files]
+            titles = ("file", "samples writing, closing or syncing it")
+        else:
+            rows = [(f.path, size(f.bytes), f"{f.calls:,}", ms(f.total_ns), ms(f.max_ns))
+                    for f in (detail.files if detail else [])]
+            titles = ("file", "written", "calls", "total ms", "max ms")
         # The numbers whole, the paths cut from the left to what is left of the screen's width.
         numbers = sum(max([len(t)] + [len(r[i]) for r in rows]) for i, t in enumerate(titles) if i)
         room = max(16, (self.size.width or self.app.size.width) - numbers - 2 * files.cell_padding * len(titles) - 2)

@@ -783,3 +783,35 @@ def test_snapshot_no_save_at_80x24(tmp_path, snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=next_save)
+
+
+def test_a_sampled_capture_shows_its_ranks_slots_and_waits(tmp_path):
+    """record --no-bpf's capture (tests/synth.py, a storm through 4 slots): the ranks from
+    /proc/PID/io, the slots from mountstats' counters, a rank's drill-down from its samples
+    (before, the TUI showed 0 ranks and no slot data on such a capture)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import synth
+
+    man = synth.save(tmp_path / "cap", ranks=16, slots=4, rtt_ms=20.0, write_bytes=4096, file_bytes=64 * 4096,
+                     stagger_ms=25, sampled_s=0.1)
+
+    async def scenario():
+        from textual.widgets import DataTable
+        app = make_app(man["path"])
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert "16 ranks" in banner(app) and len(rows(app)) >= 8
+            assert column(app, "written")[0] == "256.0 KiB"
+            nfs = text(app, "#nfs")
+            assert "limit 4 · peak 4" in nfs and "mountstats" in nfs and "no RPC data" not in nfs
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert "written 256.0 KiB (/proc/PID/io)" in text(app, "#rank-title")
+            waits = app.screen.query_one("#syscalls", DataTable)
+            kinds = [waits.get_row_at(i)[0] for i in range(waits.row_count)]
+            assert "writeback" in kinds or "rpc" in kinds
+            files = app.screen.query_one("#files", DataTable)
+            assert files.row_count == 1 and files.get_row_at(0)[0].endswith("rank0.pt")
+    run(scenario())
