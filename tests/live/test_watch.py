@@ -3,6 +3,7 @@ incident, and Debian's real Prometheus server scraping the metrics endpoint."""
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -47,8 +48,8 @@ class Watch:
     (select() on the pipe missed lines that came in one read with the line before: they sat in
     the stream's buffer while select() waited for more)."""
 
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, "-m", "slotscope.cli", "watch", *args],
+    def __init__(self, *args, prefix: tuple[str, ...] = ()):
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "slotscope.cli", "watch", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -158,6 +159,52 @@ def test_a_blocked_write_makes_one_incident_with_the_seconds_before(tmp_path):
     text = open(os.path.join(path, "report.txt")).read()
     assert f"pid {first.pid}, syscall write, file {tmp_path / 'data' / 'pipe'}" in " ".join(text.split())
     assert open(os.path.join(path, "report.html")).read().startswith("<!DOCTYPE html>")
+
+
+UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "slotscope-watch.service")
+
+
+def _unit_keys() -> dict[str, str]:
+    return dict(line.split("=", 1) for line in open(UNIT).read().splitlines() if re.match(r"^[A-Za-z]+=", line))
+
+
+def _unit_sandbox() -> tuple[str, ...]:
+    """setpriv giving what deploy/'s systemd unit gives watch: its capability bounding set (root's
+    capabilities after exec are those alone) and no new privileges."""
+    keys = _unit_keys()
+    caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in keys["CapabilityBoundingSet"].split())
+    return ("setpriv", f"--bounding-set=-all,{caps}", *(("--no-new-privs",) if keys["NoNewPrivileges"] == "yes" else ()))
+
+
+def _bounding_set(*prefix: str) -> set[str]:
+    dump = subprocess.run([*prefix, "setpriv", "--dump"], capture_output=True, text=True, check=True).stdout
+    return set(re.search(r"^Capability bounding set: (.*)$", dump, re.M)[1].split(","))
+
+
+def test_the_units_capabilities_are_enough(tmp_path):
+    """watch with only the unit's capabilities loads its probes, makes an incident of a blocked
+    write and has it analysed (the analysis a child process, under the same bounds)."""
+    out = _setup(tmp_path)
+    watch = Watch("--out", str(out), "--path", str(tmp_path / "data"), "--trigger", "blocked_s=2", "--after", "1",
+                  prefix=_unit_sandbox())
+    writer = None
+    try:
+        watch.wait_for("watching")
+        writer = _writer(tmp_path, 1)
+        assert writer.stdout.readline().strip() == "blocking"
+        done = watch.wait_for("written and", timeout=180)
+        assert "analysed" in done, done
+        assert watch.stop() == 0, "".join(watch.log)
+    finally:
+        for p in (writer, watch.proc):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+    # What watch had: the unit's set, less what this machine's own bounding set lacks.
+    unit = {c.removeprefix("CAP_").lower() for c in _unit_keys()["CapabilityBoundingSet"].split()}
+    assert _bounding_set(*_unit_sandbox()) == unit & _bounding_set()
+    report = json.loads(open(os.path.join(_the_incident(out), "report.json")).read())
+    assert [f["syscalls"] for f in report["findings"] if f["kind"] == "hung_tasks"] == [["write"]]
 
 
 PROMETHEUS = shutil.which("prometheus")
