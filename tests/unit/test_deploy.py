@@ -1,5 +1,6 @@
 """deploy/'s recipes for `slotscope watch`, each checked by the tool that would refuse it: the
-systemd unit by systemd-analyze; its command line by slotscope's own parser."""
+systemd unit by systemd-analyze, the DaemonSet by the Kubernetes schema (kubernetes-validate
+bundles it, so this runs offline); both command lines by slotscope's own parser."""
 from __future__ import annotations
 
 import configparser
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from slotscope.agent.metrics import parse_address
 from slotscope.cli.main import parser, size
@@ -19,6 +21,7 @@ pytestmark = pytest.mark.unit
 
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
 UNIT = os.path.join(DEPLOY, "slotscope-watch.service")
+DAEMONSET = os.path.join(DEPLOY, "kubernetes", "daemonset.yaml")
 
 
 def unit_text() -> str:
@@ -76,3 +79,51 @@ def test_the_units_command_line_is_a_watch_that_reloads_on_sighup():
     # watch waits up to 60 s for an incident's analysis when it stops (agent/watch.py STOP_WAIT)
     from slotscope.agent.watch import STOP_WAIT
     assert int(s["TimeoutStopSec"]) > STOP_WAIT
+
+
+def daemonset_documents() -> list[dict]:
+    with open(DAEMONSET) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def the_daemonset() -> dict:
+    [ds] = [d for d in daemonset_documents() if d["kind"] == "DaemonSet"]
+    return ds
+
+
+def test_the_daemonset_is_valid_against_the_kubernetes_schema():
+    """Strict: a misspelt or misplaced field fails, as kubectl's server-side validation would;
+    against the oldest and the newest Kubernetes the package has schemas for."""
+    import kubernetes_validate
+    from kubernetes_validate.utils import all_versions
+    refused = []
+    for version in (all_versions()[0], kubernetes_validate.latest_version()):
+        for doc in daemonset_documents():
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:     # its str() holds the whole schema
+                refused.append(f"{doc['kind']} against {version}: {'.'.join(map(str, exc.path))}: {exc.message}")
+    assert refused == []
+
+
+def test_the_daemonset_traces_the_host_and_serves_its_metrics():
+    pod = the_daemonset()["spec"]["template"]
+    spec = pod["spec"]
+    [watch] = spec["containers"]
+    assert spec["hostPID"] and watch["securityContext"]["privileged"]
+    mounted = {m["name"]: m["mountPath"] for m in watch["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    assert {host[n] for n in mounted} >= {"/lib/modules", "/usr/src", "/sys/kernel/debug", "/sys/kernel/tracing"}
+    assert all(mounted[n] == host[n] for n in mounted)          # at the host's own paths
+    args = watch_args(watch["command"] + [a.replace("$(NODE_IP)", "10.0.0.1") for a in watch["args"]])
+    assert args.out in mounted.values()
+    _host, port = parse_address(args.metrics)
+    [metrics] = watch["ports"]
+    assert metrics["containerPort"] == port == int(pod["metadata"]["annotations"]["prometheus.io/port"])
+
+
+def test_the_daemonset_has_the_units_limits():
+    """One budget, whichever way watch is run."""
+    limits, s = the_daemonset()["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"], service()
+    assert size(limits["memory"].removesuffix("i")) == size(s["MemoryMax"])
+    assert float(limits["cpu"]) == int(s["CPUQuota"].rstrip("%")) / 100
