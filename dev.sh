@@ -13,9 +13,10 @@ need_root() { [ "$(id -u)" = 0 ] || { say "this step needs root (apt, kernel hea
 
 apt_packages() {
     # Debian calls BCC python3-bpfcc; Ubuntu too. qemu/debootstrap serve the VM rig, tmux the TUI test,
-    # chromium-headless-shell the screenshot test of the HTML report, prometheus the test scraping watch --metrics.
+    # chromium-headless-shell the screenshot test of the HTML report, prometheus the test scraping watch --metrics,
+    # systemd's systemd-analyze the check of deploy/'s unit.
     local want=(python3-bpfcc bpfcc-tools python3-venv qemu-system-x86 debootstrap tmux busybox-static cpio
-                chromium-headless-shell prometheus)
+                chromium-headless-shell prometheus systemd)
     local missing=()
     for p in "${want[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
     [ ${#missing[@]} -eq 0 ] && return 0

@@ -1,8 +1,10 @@
 """`slotscope watch` on this machine's kernel: real BPF, a write blocked on a full FIFO as the
 incident, and Debian's real Prometheus server scraping the metrics endpoint."""
 import json
+import math
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -10,12 +12,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
 import pyarrow.compute as pc
 import pytest
 
+from dashboard import SOURCES, panel_queries, promql
 from slotscope.capture.reader import Capture
 
 pytestmark = [pytest.mark.live, pytest.mark.usefixtures("bpf_ready")]
@@ -47,8 +51,8 @@ class Watch:
     (select() on the pipe missed lines that came in one read with the line before: they sat in
     the stream's buffer while select() waited for more)."""
 
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, "-m", "slotscope.cli", "watch", *args],
+    def __init__(self, *args, prefix: tuple[str, ...] = ()):
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "slotscope.cli", "watch", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -160,15 +164,88 @@ def test_a_blocked_write_makes_one_incident_with_the_seconds_before(tmp_path):
     assert open(os.path.join(path, "report.html")).read().startswith("<!DOCTYPE html>")
 
 
+UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "slotscope-watch.service")
+
+
+def _unit_keys() -> dict[str, str]:
+    return dict(line.split("=", 1) for line in open(UNIT).read().splitlines() if re.match(r"^[A-Za-z]+=", line))
+
+
+def _unit_sandbox() -> tuple[str, ...]:
+    """setpriv giving what deploy/'s systemd unit gives watch: its capability bounding set (root's
+    capabilities after exec are those alone) and no new privileges."""
+    keys = _unit_keys()
+    caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in keys["CapabilityBoundingSet"].split())
+    no_new_privs = ("--no-new-privs",) if keys["NoNewPrivileges"] == "yes" else ()
+    return ("setpriv", f"--bounding-set=-all,{caps}", *no_new_privs)
+
+
+def _bounding_set(*prefix: str) -> set[str]:
+    dump = subprocess.run([*prefix, "setpriv", "--dump"], capture_output=True, text=True, check=True).stdout
+    return set(re.search(r"^Capability bounding set: (.*)$", dump, re.M)[1].split(","))
+
+
+def test_the_units_capabilities_are_enough(tmp_path):
+    """watch with only the unit's capabilities loads its probes, makes an incident of a blocked
+    write and has it analysed (the analysis a child process, under the same bounds)."""
+    out = _setup(tmp_path)
+    watch = Watch("--out", str(out), "--path", str(tmp_path / "data"), "--trigger", "blocked_s=2", "--after", "1",
+                  prefix=_unit_sandbox())
+    writer = None
+    try:
+        watch.wait_for("watching")
+        writer = _writer(tmp_path, 1)
+        assert writer.stdout.readline().strip() == "blocking"
+        done = watch.wait_for("written and", timeout=180)
+        assert "analysed" in done, done
+        assert watch.stop() == 0, "".join(watch.log)
+    finally:
+        for p in (writer, watch.proc):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+    # What watch had: the unit's set, less what this machine's own bounding set lacks.
+    unit = {c.removeprefix("CAP_").lower() for c in _unit_keys()["CapabilityBoundingSet"].split()}
+    assert _bounding_set(*_unit_sandbox()) == unit & _bounding_set()
+    report = json.loads(open(os.path.join(_the_incident(out), "report.json")).read())
+    assert [f["syscalls"] for f in report["findings"] if f["kind"] == "hung_tasks"] == [["write"]]
+
+
 PROMETHEUS = shutil.which("prometheus")
 
 
 def _promql(port: int, query: str, at: float) -> list:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"})
-    with urllib.request.urlopen(url, timeout=10) as r:
-        answer = json.load(r)
-    assert answer["status"] == "success", answer
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            answer = json.load(r)
+    except urllib.error.HTTPError as exc:       # a query it refuses: its body says why
+        answer = json.load(exc)
+    assert answer["status"] == "success", (query, answer)
     return answer["data"]["result"]
+
+
+SERVER = "10.0.0.2:2049"
+SLOT_WAIT_S, EXECUTE_S = 0.030, 0.045
+
+
+def _saturated_transport(metrics, stop: threading.Event) -> None:
+    """The rows the NFS probes make of a 2-slot transport that stays full with 6 tasks waiting,
+    every 0.25 s: a slots sample, and a WRITE that waited 30 ms of its 45 ms for a slot."""
+    import pyarrow as pa
+    from slotscope.capture.tables import RPC, SLOTS
+    while not stop.wait(0.25):
+        ts = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        metrics.observe("slots", pa.Table.from_pylist([{"ts": ts, "in_use": 2, "backlog": 6, "server": SERVER}],
+                                                      schema=SLOTS))
+        metrics.observe("rpc", pa.Table.from_pylist([{"procname": "WRITE", "server": SERVER, "complete": 1,
+                                                      "slot_wait_ns": int(SLOT_WAIT_S * 1e9), "rtt_ns": 10_000_000,
+                                                      "execute_ns": int(EXECUTE_S * 1e9)}], schema=RPC))
+
+
+def _values(result: list) -> dict[str, float]:
+    """A PromQL answer as {its series' labels: value}."""
+    return {",".join(f"{k}={v}" for k, v in sorted(r["metric"].items())): float(r["value"][1]) for r in result}
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus (apt-get install prometheus; dev.sh setup does)")
@@ -176,31 +253,49 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
     """Debian's Prometheus scrapes watch's endpoint every second while a process writes 4 KiB
     every 10 ms for 12 s, then blocks (the incident: it holds the whole run). PromQL's answers
     match the incident's rows: the bytes written exactly (both count the same rows, and nothing
-    is written after the block); the write rate over 6 s in the middle of the run within 15%
-    (the counter trails the rows by up to a drain and a scrape, ~2 s, of a steady rate; the
-    rest is Prometheus' extrapolation at the window's edges); one incident."""
+    is written after the block); the Grafana dashboard's write rate over 6 s in the middle of the
+    run within 15% (the counter trails the rows by up to a drain and a scrape, ~2 s, of a steady
+    rate; the rest is Prometheus' extrapolation at the window's edges); one incident.
+
+    Every query of the dashboard (deploy/grafana) runs, each on the target tests/dashboard.py
+    names, and returns finite values >= 0 where that target has series. Its NFS panels read a
+    second target, watch's Metrics fed the rows of a saturated 2-slot transport (this kernel has
+    no NFS to trace), and answer what those rows hold: 2 slots in use, 6 waiting, always full,
+    slot wait 2/3 of RPC time."""
+    from slotscope.agent.metrics import Metrics, serve
+
     out = _setup(tmp_path)
-    metrics, web = _free_port(), _free_port()
+    metrics, nfs, web = _free_port(), _free_port(), _free_port()
+    targets = {"watch": f"127.0.0.1:{metrics}", "nfs": f"127.0.0.1:{nfs}"}
     config = tmp_path / "prometheus.yml"
     config.write_text(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                       f"scrape_configs:\n  - job_name: slotscope\n    static_configs:\n"
-                      f"      - targets: ['127.0.0.1:{metrics}']\n")
+                      f"      - targets: {sorted(targets.values())}\n")
+    transport, stop = Metrics(), threading.Event()
+    server = serve(transport, targets["nfs"])
+    feeder = threading.Thread(target=_saturated_transport, args=(transport, stop), daemon=True)
+    feeder.start()
     prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{web}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     watch = Watch("--out", str(out), "--path", str(tmp_path / "data"), "--trigger", "blocked_s=2",
-                  "--after", "2", "--metrics", f"127.0.0.1:{metrics}")
+                  "--after", "2", "--metrics", targets["watch"])
     writer = None
     try:
         watch.wait_for("watching")
         time.sleep(3)       # a few scrapes before the writes: the counter's start is seen
+        began = time.time()
         writer = _writer(tmp_path, 12)
         assert writer.stdout.readline().strip() == "blocking"
         watch.wait_for("written and", timeout=180)
         time.sleep(3)       # the last rows scraped
         now = time.time()
         total = _promql(web, 'sum(slotscope_written_bytes_total)', now)
-        incidents = _promql(web, 'slotscope_incidents_total{trigger="blocked_s"}', now)
+        # Each panel as Grafana asks for it over the run, of the target its series come from.
+        run = int(now - began) + 1
+        panels = {title: _values(_promql(web, promql(expr, run, targets["nfs" if SOURCES[title] == "nfs" else "watch"]),
+                                         now))
+                  for title, expr in panel_queries().items()}
         cap = Capture.open(_the_incident(out))
         rows = cap.read("syscall")
         start = cap.meta["start"]
@@ -208,7 +303,7 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
         ours = (rows["path"].to_numpy(zero_copy_only=False) == str(tmp_path / "data" / "f.bin"))
         written = rows["bytes"].fill_null(0).to_numpy()
         mid = utc_s[ours].min() + 9
-        rate = _promql(web, 'sum(rate(slotscope_written_bytes_total[6s]))', mid)
+        rate = _promql(web, promql(panel_queries()["Bytes written per second, by mount"], 6, targets["watch"]), mid)
         window_bytes = written[ours & (utc_s > mid - 6) & (utc_s <= mid)].sum()
         assert watch.stop() == 0, "".join(watch.log)
     finally:
@@ -216,10 +311,24 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
             if p and p.poll() is None:
                 p.kill()
                 p.wait()
+        stop.set()
+        server.shutdown()
+        server.server_close()
     assert float(total[0]["value"][1]) == written.sum()     # f.bin's writes and the FIFO's first
     assert written[ours].sum() >= 12 * 4096 * 50               # the 12 s run is in the incident
-    assert float(incidents[0]["value"][1]) == 1
-    assert float(rate[0]["value"][1]) == pytest.approx(window_bytes / 6, rel=0.15)
+    assert sum(_values(rate).values()) == pytest.approx(window_bytes / 6, rel=0.15)
+    assert panels["Incidents, by trigger"] == {"trigger=blocked_s": 1}
+    for title, values in panels.items():
+        if SOURCES[title] != "none":
+            assert values and all(math.isfinite(v) and v >= 0 for v in values.values()), (title, values)
+    transport = f"instance={targets['nfs']},server={SERVER}"
+    assert panels["Slots in use (mean), by node and server"][transport] == pytest.approx(2, rel=0.1)
+    assert panels["Tasks waiting for a slot (mean), by node and server"][transport] == pytest.approx(6, rel=0.1)
+    assert panels["Share of time the slot table was full, by node and server"][transport] == pytest.approx(1, rel=0.1)
+    assert (panels["Share of RPC time spent waiting for a slot, by node and server"][transport]
+            == pytest.approx(SLOT_WAIT_S / EXECUTE_S, rel=0.01))
+    [p99] = panels["RPC slot wait p99, by server and procedure"].values()
+    assert 0.025 < p99 <= 0.05          # the histogram's bucket holding 30 ms
 
 
 SAVES = """
