@@ -71,9 +71,10 @@ class TimeContext:
             # no save window: everything there is
             lo, hi = [], []
             for t in transports:
-                if "_occupancy" in t:
-                    lo.append(int(t["_occupancy"].ts[0]))
-                    hi.append(int(t["_occupancy"].ts[-1]))
+                occ = t.get("_occupancy", t.get("_counted"))
+                if occ is not None:
+                    lo.append(int(occ.ts[0]))
+                    hi.append(int(occ.ts[-1]))
                 if t["link"]:
                     ts = t["link"]["_series"][0]
                     lo.append(int(ts[0]))
@@ -180,14 +181,14 @@ class Occupancy:
 
 
 def occupancy(ctx: TimeContext, result: dict) -> tuple[list[Occupancy], int]:
-    """The transports with slot samples, the fullest first, at most MAX_TIME_PANELS of them;
-    and how many more there are."""
-    shown = [t for t in ctx.transports if "_occupancy" in t] if ctx.x0 is not None else []
+    """The transports with slot samples (or a sampled capture's mountstats counters), the
+    fullest first, at most MAX_TIME_PANELS of them; and how many more there are."""
+    shown = [t for t in ctx.transports if "_occupancy" in t or "_counted" in t] if ctx.x0 is not None else []
     shown.sort(key=lambda t: (-(t["saturated_fraction"] or 0), -(t["backlog_peak"] or 0), t["host"]))
     stats_of = {(t["host"], t["server"]): t for t in result["transports"]}
     out = []
     for t in shown[:MAX_TIME_PANELS]:
-        occ = t["_occupancy"]
+        occ = t.get("_occupancy", t.get("_counted"))
         out.append(Occupancy(t, stats_of.get((t["host"], t["server"]), t),
                              steps(occ.ts, occ.cols["in_use"], ctx.x0, ctx.x1),
                              steps(occ.ts, occ.cols["backlog"] + occ.cols["session_wait"], ctx.x0, ctx.x1)))

@@ -269,7 +269,8 @@ def _occupancy_plot(ctx: TimeContext, result: dict) -> Plot:
         full = ("" if p.stats["saturated_fraction"] is None
                 else f"  (full {100 * p.stats['saturated_fraction']:.0f}% of the save window)")
         limit = "" if t["max_slots"] else "  limit unknown"
-        ax.set_title(_mpl(f"{t['host']} → {t['server'] or '?'}") + full + limit, loc="left")
+        counted = "  (mountstats: the mean each send found, per interval)" if "_counted" in t else ""
+        ax.set_title(_mpl(f"{t['host']} → {t['server'] or '?'}") + full + limit + counted, loc="left")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     reduced = any(p.in_use.reduced or p.waiting.reduced for p in panels)
     return _finish_panels(plot, fig, axes, ctx, "occupancy", more, "transports are in the table below", reduced)

@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from slotscope.capture.meta import start_ns
 
 from .job import Job
-from .transports import of_server, transport_table
+from .transports import transport_table
 
 
 @dataclass(frozen=True)
@@ -83,10 +82,7 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]
         to_axis = job.utc_offset_ns(t["host"]) + start_ns(cap.meta)      # UTC ns -> since start
         limit = t["max_slots"] if not t["session_slots"] else min(t["max_slots"] or 1 << 30, t["session_slots"])
         slots = {}
-        occ = t.get("_occupancy")
-        counted = of_server(cap.read("ms_xprt"), t["server"]) if occ is None else None
-        if counted is not None:
-            slots = _counted_slots(counted, start_ns(cap.meta), edges)
+        occ = t.get("_occupancy", t.get("_counted"))
         if occ is not None:
             ts = occ.ts - to_axis
             in_use = occ.cols["in_use"]
@@ -94,7 +90,8 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]
             slots = dict(in_use=step_mean(ts, in_use, edges).tolist(),
                          in_use_peak=step_max(ts, in_use, edges).tolist(),
                          waiting=step_mean(ts, waiting, edges).tolist(),
-                         peak_in_use=int(in_use.max()), waiting_peak=int(waiting.max()))
+                         peak_in_use=int(np.ceil(in_use.max())), waiting_peak=int(np.ceil(waiting.max())),
+                         from_mountstats="_counted" in t)
         link, rates = t["link"], None
         if link and link.get("_series") is not None and len(link["_series"][0]):
             ends, tx, rx = link["_series"]
@@ -109,22 +106,3 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]
         out.append(TransportSeries(t["host"], t["server"], limit, bins, span_ns, **slots, link=rates))
     return out
 
-
-def _counted_slots(rows: pa.Table, start: int, edges: np.ndarray) -> dict:
-    """TransportSeries' slot figures from mountstats' transport counters per interval (ms_xprt
-    rows of one server, monotonic ns): each send adds the requests outstanding (req_u) and those
-    waiting for a slot (bklog_u) then, so their growth over the sends' is the mean each send found
-    in the interval before the row."""
-    g = rows.group_by(["ts", "interval_ns"]).aggregate([("sends", "sum"), ("req_u", "sum"), ("bklog_u", "sum")])
-    g = g.sort_by("ts")
-    sends = np.maximum(g["sends_sum"].to_numpy(), 1)
-    in_use, waiting = g["req_u_sum"].to_numpy() / sends, g["bklog_u_sum"].to_numpy() / sends
-    ends = g["ts"].to_numpy() - start
-    # each figure holds over its interval and none after it (an interval without a row sent nothing)
-    ts = np.ravel(np.column_stack([ends - g["interval_ns"].to_numpy(), ends]))
-
-    def step(v: np.ndarray) -> np.ndarray:
-        return np.ravel(np.column_stack([v, np.zeros_like(v)]))
-    return dict(in_use=step_mean(ts, step(in_use), edges).tolist(), in_use_peak=step_max(ts, step(in_use), edges).tolist(),
-                waiting=step_mean(ts, step(waiting), edges).tolist(), peak_in_use=int(np.ceil(in_use.max())),
-                waiting_peak=int(np.ceil(waiting.max())), from_mountstats=True)

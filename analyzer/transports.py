@@ -83,10 +83,29 @@ def occupancy(slots: pa.Table, offset_ns: int) -> Occupancy:
     return Occupancy(ts[order] + offset_ns, cols)
 
 
+def counted(rows: pa.Table, offset_ns: int) -> Occupancy:
+    """A sampled capture's transport (ms_xprt rows of one server) as an Occupancy of means per
+    interval: each send adds the requests outstanding (req_u) and those waiting for a slot
+    (bklog_u) then, so their growth over the sends' is the mean each send found in the
+    interval before the row; none after it (an interval without a row sent nothing)."""
+    g = rows.group_by(["ts", "interval_ns"]).aggregate([("sends", "sum"), ("req_u", "sum"), ("bklog_u", "sum")])
+    g = g.sort_by("ts")
+    sends = np.maximum(g["sends_sum"].to_numpy(), 1)
+    ends = g["ts"].to_numpy() + offset_ns
+
+    def step(v: np.ndarray) -> np.ndarray:
+        return np.ravel(np.column_stack([v, np.zeros_like(v)]))
+    in_use, waiting = g["req_u_sum"].to_numpy() / sends, g["bklog_u_sum"].to_numpy() / sends
+    return Occupancy(np.ravel(np.column_stack([ends - g["interval_ns"].to_numpy(), ends])),
+                     {"in_use": step(in_use), "backlog": step(waiting), "session_wait": step(np.zeros_like(in_use))})
+
+
 def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
     """One entry per (host, server) with slot rows or RPCs, as in the JSON contract, plus the
-    time series the findings and the report use (keys starting with '_' stay out of JSON)."""
+    time series the findings and the report use (keys starting with '_' stay out of JSON):
+    `_occupancy` from slot samples, `_counted` from a sampled capture's mountstats (counted())."""
     slots = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("slots")}
+    ms_xprt = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("ms_xprt")}
     kernel_rows = {cap.meta.get("host", "?"): t for cap, t in job.per_capture("xprt")}
     keys = {(cap.meta.get("host", "?"), server) for name in ("rpc", "slots", "xprt", "ms_xprt")
             for cap, t in job.per_capture(name) for server in pc.unique(t["server"]).to_pylist()}
@@ -101,13 +120,16 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
                                                                "wsize", "timeo", "retrans", "hard")},
                  "peak_in_use": None, "saturated_fraction": None, "saturated_s": None, "backlog_peak": None,
                  "mean_waiting": None, "link": link_usage(job, host, addr, window), "xprts": []}
-        xprts = of_server(kernel_rows.get(host), server)
+        xprts = _of_server(kernel_rows.get(host), server)
         if xprts is not None:
             entry["xprts"] = xprt_entries(xprts, offset, window)
             # the kernel's own limit: every connection's table (nconnect makes several)
             entry["max_slots"] = sum(x["max_reqs"] for x in entry["xprts"]) or limit
             limit = entry["max_slots"]
-        mine = of_server(slots.get(host), server)
+        mine = _of_server(slots.get(host), server)
+        sampled = _of_server(ms_xprt.get(host), server) if mine is None else None
+        if sampled is not None:
+            entry["_counted"] = counted(sampled, offset)
         if mine is not None:
             occ = occupancy(mine, offset)
             entry["_occupancy"] = occ
@@ -129,7 +151,7 @@ def transport_table(job: Job, window: tuple[int, int] | None) -> list[dict]:
     return out
 
 
-def of_server(t: pa.Table | None, server: str | None) -> pa.Table | None:
+def _of_server(t: pa.Table | None, server: str | None) -> pa.Table | None:
     """The rows of `t` toward `server`, None when there are none."""
     if t is None:
         return None

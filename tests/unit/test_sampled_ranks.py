@@ -89,3 +89,18 @@ def test_the_checklist_answers_slot_saturation_from_mountstats(tmp_path, model, 
     [q] = [q for q in sampled["checklist"] if q["question"].startswith("slot table saturated")]
     [qb] = [q for q in bpf["checklist"] if q["question"].startswith("slot table saturated")]
     assert q["answer"] == qb["answer"] == answer and q["value"].startswith("mountstats:")
+
+
+def test_the_slots_over_time_from_mountstats(tmp_path):
+    """The report's slot plot and top's slots panel draw a sampled capture's transport from
+    mountstats: the mean in use at each send stays at the 4 slots, the waiting above them."""
+    from slotscope.analyzer.plot_data import TimeContext, occupancy
+    from slotscope.analyzer.series import transport_series
+    man = synth.save(tmp_path / "cap", sampled_s=INTERVAL_S, **STORM)
+    job = Job.open([man["path"]])
+    result = analyze(job, "0")
+    [panel], more = occupancy(TimeContext.of(job, result), result)
+    assert more <= 0 and "_counted" in panel.transport
+    assert 3 <= panel.in_use.peak <= 4 < panel.waiting.peak
+    [series] = transport_series(job, int(10e9), 20)
+    assert series.from_mountstats and series.limit == 4 and 3 <= series.peak_in_use <= 4 < series.waiting_peak
