@@ -2,8 +2,9 @@
 flush-stall and healthy scenarios the agent and the ranks run as uid 1000 (run-scenario
 --agent-user), the agent falls back from BPF to sampling /proc and mountstats with one line
 saying so, and the analyzer's verdict on its capture is the one it gives on the BPF agent's
-capture of the same scenario, with the same ranks named. The scenarios are conftest.py's
-session fixtures; the BPF side is the run test_verdicts.py checks."""
+capture of the same scenario, with the same ranks named, each rank's bytes and the save's
+bytes and duration. The scenarios are conftest.py's session fixtures; the BPF side is the run
+test_verdicts.py checks."""
 import json
 import stat
 
@@ -31,12 +32,33 @@ def as_user(out):
     assert stat.S_IMODE((out / "capture" / "meta.json").stat().st_mode) == 0o600
 
 
+def same_ranks_and_save(with_bpf, without):
+    """The sampled capture's rank table and save (from /proc/PID/io and the samples) against
+    the BPF capture's of the same scenario (another run of it): the same ranks; each rank's
+    bytes the same but for what it wrote after its last sample, which counts for its parent
+    (at most two intervals' worth at its mean rate, or 2%: 8 KiB of 256 KiB happened in a
+    saturated run); one save of the same bytes within 2%, as long within 10% or 0.5 s."""
+    def writers(result):
+        return {r["rank"]: r for r in result["ranks"] if r["bytes_written"] and r["rank"] is not None}
+    b, s = writers(with_bpf), writers(without)
+    assert sorted(s) == sorted(b), (sorted(s), sorted(b))
+    interval_s = without["sampled"]["interval_s"]
+    for rank, r in s.items():
+        full = b[rank]["bytes_written"]
+        unseen = max(0.02 * full, 2 * interval_s * full / b[rank]["save_s"])
+        assert r["from_samples"] and 0 <= full - r["bytes_written"] <= unseen, (r, b[rank])
+    [save], [bpf_save] = without["saves"], with_bpf["saves"]
+    assert save["bytes"] == pytest.approx(bpf_save["bytes"], rel=0.02)
+    assert abs(save["duration_s"] - bpf_save["duration_s"]) <= max(0.5, 0.1 * bpf_save["duration_s"]), (save, bpf_save)
+
+
 def same_verdict(bpf, sampled, verdict):
     """Both captures' verdict; for a cause, the ranks it names and the sampled finding's
-    confidence and what a BPF recording would add."""
+    confidence and what a BPF recording would add; the ranks' bytes and the save."""
     as_user(sampled)
     with_bpf, without = analyze(bpf), analyze(sampled)
     assert with_bpf["verdict"] == without["verdict"] == verdict, (with_bpf["verdict"], without["findings"])
+    same_ranks_and_save(with_bpf, without)
     if verdict == "healthy":
         return without
     f = finding(without, verdict)
