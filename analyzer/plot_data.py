@@ -15,7 +15,7 @@ from slotscope.capture.syscalls import WRITE_SYSCALLS
 from .job import Job, utc_ns
 from .ranks import rank_key, syscall_rows, with_identity
 from .rpcs import split
-from .transports import transport_table
+from .transports import occupancy_of, transport_table
 
 MAX_STEP_POINTS = 2000          # a longer step series is reduced to this many bins (mean and range)
 MAX_TIME_PANELS = 6             # transports / links shown one above the other
@@ -71,7 +71,7 @@ class TimeContext:
             # no save window: everything there is
             lo, hi = [], []
             for t in transports:
-                occ = t.get("_occupancy", t.get("_counted"))
+                occ = occupancy_of(t)
                 if occ is not None:
                     lo.append(int(occ.ts[0]))
                     hi.append(int(occ.ts[-1]))
@@ -183,12 +183,12 @@ class Occupancy:
 def occupancy(ctx: TimeContext, result: dict) -> tuple[list[Occupancy], int]:
     """The transports with slot samples (or a sampled capture's mountstats counters), the
     fullest first, at most MAX_TIME_PANELS of them; and how many more there are."""
-    shown = [t for t in ctx.transports if "_occupancy" in t or "_counted" in t] if ctx.x0 is not None else []
+    shown = [t for t in ctx.transports if occupancy_of(t) is not None] if ctx.x0 is not None else []
     shown.sort(key=lambda t: (-(t["saturated_fraction"] or 0), -(t["backlog_peak"] or 0), t["host"]))
     stats_of = {(t["host"], t["server"]): t for t in result["transports"]}
     out = []
     for t in shown[:MAX_TIME_PANELS]:
-        occ = t.get("_occupancy", t.get("_counted"))
+        occ = occupancy_of(t)
         out.append(Occupancy(t, stats_of.get((t["host"], t["server"]), t),
                              steps(occ.ts, occ.cols["in_use"], ctx.x0, ctx.x1),
                              steps(occ.ts, occ.cols["backlog"] + occ.cols["session_wait"], ctx.x0, ctx.x1)))

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, WRITE_SYSCALLS
 
+from . import sampled_activity
 from .findings import Finding, flush_fix, saturation_fix, small_sync_fix, unresponsive_fix
 from .job import Job, iso_utc
 from .ranks import with_identity
@@ -101,8 +102,7 @@ def from_job(job: Job) -> Counters | None:
     for c in caps:
         for m in c.meta.get("nfs_mounts") or []:
             limits[(c.meta.get("host", "?"), m.get("server"))] = slot_limit(c.meta, m.get("server"))
-    interval = min(int(c.meta["sampled"].get("interval_ns") or S // 10) for c in caps)
-    return Counters(tables["ms_ops"], tables["ms_xprt"], samples, interval, limits)
+    return Counters(tables["ms_ops"], tables["ms_xprt"], samples, sampled_activity.interval_ns(job), limits)
 
 
 def _sum(t: pa.Table, col: str) -> int:

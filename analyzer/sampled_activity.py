@@ -36,6 +36,10 @@ def growth(job: Job) -> pa.Table | None:
     after the capture's first sample was born in it: its first counters are growth too. A child's
     bytes that its parent gains when it reaps it are the child's (_less_reaped). In a
     window of the capture (analysis.between), the rows before it are the baseline (job.UNWINDOWED)."""
+    return job.memo("sampled_growth", lambda: _growth(job))
+
+
+def _growth(job: Job) -> pa.Table | None:
     io = job.table("proc_io")
     if io is None or not io.num_rows:
         return None
@@ -102,6 +106,10 @@ def _first_sample(host: np.ndarray, ts: np.ndarray) -> np.ndarray:
 def nfs_waits(job: Job) -> pa.Table | None:
     """The thread samples that found a thread waiting on NFS (waits.NFS_WAITS), UTC times,
     with `flush`: the sample was in close/fsync."""
+    return job.memo("sampled_nfs_waits", lambda: _nfs_waits(job))
+
+
+def _nfs_waits(job: Job) -> pa.Table | None:
     t = job.table("thread_samples")
     if t is None or not t.num_rows:
         return None

@@ -120,8 +120,7 @@ def _sampled_saves(job: Job, gap_s: float) -> list[Save]:
     for number, idx in enumerate(np.unique(burst), 1):
         mine = burst == idx
         files = dict.fromkeys(sorted({paths[i] for i in order[mine] if paths[i]}), 0)
-        dirs = [os.path.dirname(p) for p in files if p.startswith("/")]
-        directory = os.path.commonpath(dirs) if dirs else None
+        directory = _directory(files)
         saves.append(Save(number=number, start_ns=int(enter[mine].min()), end_ns=int(leave[mine].max()),
                           first_write_ns=int(enter[mine & (wrote > 0)].min()), bytes=int(wrote[mine].sum()),
                           files=files, renamed=0, directory=directory, what=describe(list(files), directory)))
@@ -142,13 +141,18 @@ def _save(number: int, rows: pa.Table) -> Save:
             seen.add(path)
         renamed += len(seen) > 1
         files[path] = files.get(path, 0) + f["bytes_sum"]
-    dirs = [os.path.dirname(p) for p in files if p.startswith("/")]
-    directory = os.path.commonpath(dirs) if dirs else None
+    directory = _directory(files)
     writes = rows.filter(pc.is_in(rows["syscall"], pa.array(WRITE_SYSCALLS)))
     return Save(number=number, start_ns=pc.min(rows["ts_enter_utc"]).as_py(),
                 end_ns=pc.max(rows["ts_exit_utc"]).as_py(), first_write_ns=pc.min(writes["ts_enter_utc"]).as_py(),
                 bytes=sum(files.values()), files=files,
                 renamed=renamed, directory=directory, what=describe(sorted(files), directory))
+
+
+def _directory(files: dict[str, int]) -> str | None:
+    """The deepest directory holding every file of a save (None when none has an absolute path)."""
+    dirs = [os.path.dirname(p) for p in files if p.startswith("/")]
+    return os.path.commonpath(dirs) if dirs else None
 
 
 # What trend() compares between the first save and a slower one: (key, what it is, formatter).

@@ -10,7 +10,7 @@ import numpy as np
 from slotscope.capture.meta import start_ns
 
 from .job import Job
-from .transports import transport_table
+from .transports import occupancy_of, transport_table
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]
         to_axis = job.utc_offset_ns(t["host"]) + start_ns(cap.meta)      # UTC ns -> since start
         limit = t["max_slots"] if not t["session_slots"] else min(t["max_slots"] or 1 << 30, t["session_slots"])
         slots = {}
-        occ = t.get("_occupancy", t.get("_counted"))
+        occ = occupancy_of(t)
         if occ is not None:
             ts = occ.ts - to_axis
             in_use = occ.cols["in_use"]
@@ -105,4 +105,3 @@ def transport_series(job: Job, span_ns: int, bins: int) -> list[TransportSeries]
                                rx=step_mean(ts, np.append(np.asarray(rx, float), 0.0), edges).tolist())
         out.append(TransportSeries(t["host"], t["server"], limit, bins, span_ns, **slots, link=rates))
     return out
-

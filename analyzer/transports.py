@@ -83,6 +83,12 @@ def occupancy(slots: pa.Table, offset_ns: int) -> Occupancy:
     return Occupancy(ts[order] + offset_ns, cols)
 
 
+def occupancy_of(entry: dict) -> Occupancy | None:
+    """A transport_table() entry's occupancy over time: its slot samples', or a sampled
+    capture's means per interval (counted()); None without either."""
+    return entry.get("_occupancy", entry.get("_counted"))
+
+
 def counted(rows: pa.Table, offset_ns: int) -> Occupancy:
     """A sampled capture's transport (ms_xprt rows of one server) as an Occupancy of means per
     interval: each send adds the requests outstanding (req_u) and those waiting for a slot
