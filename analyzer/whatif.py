@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from slotscope.capture.syscalls import FLUSH_SYSCALLS, WRITE_SYSCALLS
@@ -37,13 +38,14 @@ from .units import byte_rate, number, plural, round_rate, size
 S = 1e9
 LOCAL_MBPS = 1000.0      # --local-then-copy's default local disk: 1 GB/s, a datacentre NVMe SSD's sustained write, conservatively
 LITTLE_GAIN = 0.85       # predicted / measured at or above this: the change buys little
-RANGE_FLOOR = 0.03       # every range is at least this much either side (the model's own rounding)
+RANGE_FLOOR = 0.03       # each variant's prediction is taken as this much either side (the model's own rounding)
 MODEL = "littles_law"
 # a time per RPC that grows with the RPCs in flight: the server, or a path slower than the NIC
 # says (a shaper, a slower hop), which the capture cannot tell apart
 SERVER = "server (or a path slower than the NIC): its time per RPC grows with the RPCs in flight"
-PREDICTED = ("slot_saturation", "small_sync_writes")
-NO_CHANGE = "no change"      # the findings whose fixes the model predicts
+PREDICTED = ("slot_saturation", "small_sync_writes")      # the findings whose fixes the model predicts
+NO_CHANGE = "no change"
+METADATA_QUEUE = "the metadata calls' wait for each other"     # a range's input (_ranks: kept)
 
 
 @dataclass(frozen=True)
@@ -168,12 +170,25 @@ def _transport(ctx, tr: dict, writes, savers: list[dict], t0: int) -> Transport:
         write_bytes=float(count.mean()), sync=bool((stable > 0).mean() >= 0.5), bytes=int(count.sum()),
         sending_s=max((pc.max(done["ts_end"]).as_py() - first) / S, 1e-9), server_a=a, server_b=b,
         server_b_se=se, flight_seen=(int(flight.min()), int(flight.max())), overhead=overhead, commit_s=commit)
+    waits = _waits(every)
     for r in savers:
         nfs = sum(s["total_ns"] for k, s in r["syscalls"].items() if k in WRITE_SYSCALLS + FLUSH_SYSCALLS) / S
+        write_wait, meta_wait = (sum(waits.get((p, w), 0) for p in r["pids"]) / S for w in (True, False))
         transport.ranks.append({"rank": r["rank"], "offset_s": (r["save_start_ns"] - t0) / S, "save_s": r["save_s"],
                                 "nfs_s": nfs, "outside_s": max(0.0, r["save_s"] - r["blocked_ns"] / S),
+                                "write_wait_s": write_wait, "meta_wait_s": meta_wait,
                                 "writes": r["write_rpcs"] or 0, "bytes": r["bytes_written"]})
     return transport
+
+
+def _waits(rpcs) -> dict[tuple[int, bool], int]:
+    """ns each process waited for a slot (transport or session) in the RPCs it issued itself,
+    keyed (tgid, whether WRITE or COMMIT): a metadata call queues in the same table as the writes."""
+    t = rpcs.select(["owner_tgid", "procname"]).append_column(
+        "wait", pc.add(pc.fill_null(rpcs["slot_wait_ns"], 0), pc.fill_null(rpcs["session_sleep_ns"], 0)))
+    t = t.append_column("write", pc.is_in(t["procname"], pa.array(["WRITE", "COMMIT"])))
+    g = t.group_by(["owner_tgid", "write"]).aggregate([("wait", "sum")])
+    return {(tgid, w): n for tgid, w, n in zip(*(g[c].to_pylist() for c in ("owner_tgid", "write", "wait_sum")))}
 
 
 def save_span(ranks: list[dict]) -> float | None:
@@ -317,29 +332,31 @@ def _predict(tr: Transport, change: Change) -> Prediction:
     else:
         b_lo, b_hi = 0.0, (tr.server_a + tr.server_b * tr.flight_seen[1]) / max(tr.flight_seen[1], 1)
     server, calibration = "server time per RPC vs in flight", "model calibration against the measured save"
-    # (the input varied, server slope, calibration); the first is the nominal prediction
-    variants = [(None, tr.server_b, calib), (server, b_lo, calib), (server, b_hi, calib), (calibration, tr.server_b, 1.0)]
+    # (the input varied, server slope, calibration, metadata waits kept); the first is the nominal prediction
+    variants = [(None, tr.server_b, calib, 0.5), (server, b_lo, calib, 0.5), (server, b_hi, calib, 0.5),
+                (calibration, tr.server_b, 1.0, 0.5)]
+    if change.buffered or change.local_then_copy:
+        variants += [(METADATA_QUEUE, tr.server_b, calib, 0.0), (METADATA_QUEUE, tr.server_b, calib, 1.0)]
     results = []
-    for _, b, k in variants:
+    for _, b, k, kept in variants:
         x_before = _throughput(tr, before, b, _demand(tr, before, write_s))[0]
         x_after, limit = _throughput(tr, after, b, _demand(tr, after, write_s))
-        rs = _ranks(tr, change, after.limit, x_before, x_after, k)
+        rs = _ranks(tr, change, after.limit, x_before, x_after, k, kept)
         results.append((rs, limit, x_after * k, max(r["offset_s"] + r["predicted_s"] for r in rs)))
     ranks, p.limit, x_nominal, nominal = results[0]
     job = [t for *_, t in results]
-    lo = min(min(job), nominal * (1 - RANGE_FLOOR))
-    hi = max(max(job), nominal * (1 + RANGE_FLOOR))
+    lo, hi = min(job) * (1 - RANGE_FLOOR), max(job) * (1 + RANGE_FLOOR)
     if p.limit in (SERVER, "link") and not (change.buffered or change.local_then_copy):
         hi = max(hi, measured)      # a resource already near its most: the change may buy nothing at all
     spans: dict[str, list[float]] = {}
-    for (name, _, _), t in zip(variants[1:], job[1:]):
+    for (name, *_), t in zip(variants[1:], job[1:]):
         spans.setdefault(name, [nominal]).append(t)
     p.dominant = max(spans, key=lambda k: max(spans[k]) - min(spans[k]))
     p.predicted_s, p.range, p.ranks = nominal, (lo, hi), ranks
     if change.local_then_copy:
         copies = [max(r["copy_s"] for r in rs) for rs, *_ in results]
         p.copy_s = copies[0]
-        p.copy_range = (min(min(copies), copies[0] * (1 - RANGE_FLOOR)), max(max(copies), copies[0] * (1 + RANGE_FLOOR)))
+        p.copy_range = (min(copies) * (1 - RANGE_FLOOR), max(copies) * (1 + RANGE_FLOOR))
         p.limit = f"local disk; the copy: {p.limit}"
         p.notes.append(f"blocking at the local disk's {number(change.local_mbps)} MB/s, shared by the host's "
                        f"{len(tr.ranks)} ranks (--local-mbps: measure yours); the copy runs in the background")
@@ -354,15 +371,33 @@ def _predict(tr: Transport, change: Change) -> Prediction:
     return p
 
 
-def _ranks(tr: Transport, change: Change, limit: int, x_before: float, x_after: float, k: float) -> list[dict]:
-    """Each rank's predicted save: its time outside NFS waits kept, its NFS waits scaled."""
+def _ranks(tr: Transport, change: Change, limit: int, x_before: float, x_after: float, k: float,
+           kept: float) -> list[dict]:
+    """Each rank's predicted save: its time outside NFS calls kept, its writes' time scaled, its
+    metadata calls' slot waits scaled as its writes' are (with buffered or local writes, the
+    share `kept` of them kept)."""
     out = []
     host_bytes = sum(r["bytes"] for r in tr.ranks) or tr.bytes
     # every rank's pages through the slots at once, then a COMMIT per file, as many at a time as slots
     flush = host_bytes / (x_after * k) + -(-len(tr.ranks) // limit) * tr.commit_s
     for r in tr.ranks:
         entry = {}
-        outside = r["save_s"] - r["nfs_s"]
+        # The metadata calls' time is kept but for their slot waits. Under a larger table those
+        # scale as the rank's own WRITEs' waits do (larger writes keep them: the WRITEs change).
+        # Buffered or local writes leave the table free of WRITEs while the metadata calls run:
+        # they then wait only for each other, a part of their wait the capture does not tell
+        # apart, so the nominal keeps half of it and the range none to all (METADATA_QUEUE).
+        nfs_after = r["nfs_s"] * x_before / x_after
+        meta = r["save_s"] - r["nfs_s"] - r["outside_s"]
+        if change.buffered or change.local_then_copy:
+            meta -= r["meta_wait_s"] * (1 - kept)
+        elif change.write_size:
+            pass
+        elif r["write_wait_s"]:
+            meta -= r["meta_wait_s"] * (1 - max(0.0, nfs_after - (r["nfs_s"] - r["write_wait_s"])) / r["write_wait_s"])
+        else:
+            meta -= r["meta_wait_s"] * (1 - x_before / x_after)
+        outside = r["outside_s"] + meta
         if change.local_then_copy:
             # on local disk: the rank's own time, then its bytes at its share of the disk; the copy
             # makes the files on NFS (the metadata calls) and flushes them
@@ -371,7 +406,7 @@ def _ranks(tr: Transport, change: Change, limit: int, x_before: float, x_after: 
         elif change.buffered and tr.sync:
             entry["predicted_s"] = outside + flush
         else:
-            entry["predicted_s"] = outside + r["nfs_s"] * x_before / x_after
+            entry["predicted_s"] = outside + nfs_after
         out.append({**r, **entry})
     return out
 

@@ -107,7 +107,9 @@ def test_each_fix_carries_its_prediction_in_json_text_and_html(tmp_path):
     assert changes == ["slots=128", "nconnect=8", "buffered writes"]
     for fix in sat["fixes"]:
         assert {"change", "predicted_s", "range", "model"} <= set(fix)
-        assert fix["range"][0] <= fix["predicted_s"] <= fix["range"][1] < fix["measured_s"]
+        # a variant of the model may say it buys nothing (measured, give or take its rounding)
+        assert fix["range"][0] <= fix["predicted_s"] < fix["measured_s"]
+        assert fix["predicted_s"] <= fix["range"][1] <= fix["measured_s"] * (1 + whatif.RANGE_FLOOR)
     assert all(f["fixes"] == [] for f in result["findings"] if f["kind"] not in whatif.PREDICTED)
     text = run_slotscope("analyze", str(tmp_path / "cap")).stdout
     assert "predicted: nconnect=8: save 5.17 s -> " in text

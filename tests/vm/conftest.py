@@ -185,6 +185,11 @@ small_sync = _named("small_sync")
 flush_stall = _named("flush_stall")
 straggler = _named("straggler")
 nconnect = _named("nconnect")
+# The AFTERs of what-if pairs whose BEFOREs are saturated and saturated_v42 (test_whatif.py).
+slots16 = _named("slots16")
+local_copy = _named("local_copy")
+session32 = _named("session32")
+v42_nconnect4 = _named("v42_nconnect4")
 # Real checkpoint libraries (test_clients.py), by default on 6.1 only: what they add to the probe
 # scenarios above is the libraries' file calls, the same on every kernel, and a job costs 2-3 min
 # of VM a kernel (SLOTSCOPE_VM_CLIENT_KERNELS=6.1,6.12 runs them on both).

@@ -40,6 +40,7 @@ EXPORT = Path("/export")
 MNT = "/mnt/nfs"
 CKPT = "ckpt"
 RANKS_CODE = Path("/opt/rig")   # the ranks' scripts, copied out of the root-only job share
+LOCAL = Path("/var/local-ckpt")  # --local-then-copy: the client's local disk, a tmpfs
 CAPTURE = Path("/var/tmp/capture")  # local disk: never onto the traced mount
 CAPTURES = "/var/tmp/capture-{n}"  # the boot's agent: one capture per scenario, and one between each two
 T0 = time.monotonic()
@@ -441,11 +442,21 @@ class Freeze(threading.Thread):
         self.window = [round(start - self.t_go, 3), round(time.monotonic() - self.t_go, 3)]
 
 
+def local_dir():
+    """The ranks' local disk: a tmpfs, mounted at the first scenario that wants it, writable by
+    any rank as /tmp is."""
+    if not os.path.ismount(LOCAL):
+        LOCAL.mkdir(exist_ok=True)
+        sh("mount", "-t", "tmpfs", "-o", "size=1g,mode=1777", "local-ckpt", str(LOCAL))
+    return str(LOCAL)
+
+
 def start_ranks(spec, target, saves=False):
     """The rank processes, each set up and waiting for its go (with `saves`, for a save per
     line: see writer.py)."""
     procs = {}
     ranks = node_ranks(spec)
+    local = local_dir() if spec.get("local_then_copy") else None
     for rank in ranks:
         p = rank_params(spec, rank)
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank - ranks[0]), WORLD_SIZE=str(spec["ranks"]))
@@ -453,7 +464,7 @@ def start_ranks(spec, target, saves=False):
             [*CLI, *as_user(spec), VENV_PY, str(RANKS_CODE / "writer.py"), "--dir", target,
              "--write-size", str(p["write_size"]), "--mode", p["mode"],
              "--file-bytes", str(int(p["file_mb"] * 2**20)), "--files", str(spec["files_per_rank"]),
-             *(["--saves"] if saves else [])],
+             *(["--saves"] if saves else []), *(["--local-dir", local] if local else [])],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for rank, p in procs.items():
         if p.stdout.readline().strip() != "ready":

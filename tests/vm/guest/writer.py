@@ -3,6 +3,10 @@
 Protocol with the scenario runner: print "ready" once set up, wait for a line on stdin
 (so all ranks start together), write, then print one JSON line with the results. With
 --saves it stays up, as a training process does, and saves once per line on stdin.
+
+With --local-dir a save writes its files there (a local tmpfs) and returns, then copies them
+to the NFS directory in large buffered writes, as a background copy would (issue 23's "local
+then copy" fix): `wall_s` is the blocking save, `copy_s` the copy.
 """
 
 import argparse
@@ -10,6 +14,7 @@ import json
 import mmap
 import os
 import sys
+import shutil
 import time
 
 MODES = {
@@ -42,6 +47,7 @@ def main():
     ap.add_argument("--mode", choices=sorted(MODES), required=True)
     ap.add_argument("--file-bytes", type=int, required=True)
     ap.add_argument("--files", type=int, required=True)
+    ap.add_argument("--local-dir", help="save here first, then copy to --dir")
     ap.add_argument("--saves", action="store_true",
                     help="stay up: save once per line on stdin (the line names the subdirectory)")
     a = ap.parse_args()
@@ -58,17 +64,30 @@ def main():
 
 
 def save(a, rank, where, buf):
-    outdir = os.path.join(where, f"rank{rank:04d}")
-    os.makedirs(outdir, exist_ok=True)
+    first = a.local_dir or where
+    os.makedirs(os.path.join(first, f"rank{rank:04d}"), exist_ok=True)
     t0 = time.monotonic()
     files = {}
     for i in range(a.files):
-        path = os.path.join(outdir, f"shard{i}.bin")
-        files[os.path.relpath(path, where)] = write_file(path, a.file_bytes, a.write_size, a.mode, buf)
+        rel = os.path.join(f"rank{rank:04d}", f"shard{i}.bin")
+        files[rel] = write_file(os.path.join(first, rel), a.file_bytes, a.write_size, a.mode, buf)
     wall = time.monotonic() - t0
-    print(json.dumps({"rank": rank, "pid": os.getpid(), "uid": os.getuid(), "wall_s": round(wall, 4),
-                      "bytes": sum(files.values()), "files": files,
-                      "write_size": a.write_size, "mode": a.mode}), flush=True)
+    result = {"rank": rank, "pid": os.getpid(), "uid": os.getuid(), "wall_s": round(wall, 4),
+              "bytes": sum(files.values()), "files": files, "write_size": a.write_size, "mode": a.mode}
+    if a.local_dir:
+        t1 = time.monotonic()
+        os.makedirs(os.path.join(where, f"rank{rank:04d}"), exist_ok=True)
+        for rel in files:
+            copy(os.path.join(first, rel), os.path.join(where, rel))
+        result["copy_s"] = round(time.monotonic() - t1, 4)
+    print(json.dumps(result), flush=True)
+
+
+def copy(src, dst):
+    """A background copy's writes: 1 MiB buffered, the pages flushed at close."""
+    with open(src, "rb") as f, open(dst, "wb") as g:
+        shutil.copyfileobj(f, g, 1 << 20)
+    os.unlink(src)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,9 @@ def parser():
                     help="also enable this kernel trace event during the writers; the ftrace buffer "
                          "is saved as ftrace.txt (repeatable; e.g. nfs4:nfs4_sequence_done, whose slot_nr covers every "
                          "SEQUENCE; nfs4_setup_sequence misses slots handed over at wake-up)")
+    ap.add_argument("--local-then-copy", action="store_true",
+                    help="each rank saves to a local tmpfs, then copies its files to NFS in 1 MiB buffered "
+                         "writes (guest/writer.py): its wall_s is the blocking save, copy_s the copy")
     ap.add_argument("--nfsd-threads", type=int, default=16)
     ap.add_argument("--export-fs", choices=("disk", "tmpfs"), default="disk",
                     help="what the server exports: a directory on the VM's ext4 disk (its syncs go "
@@ -155,8 +158,10 @@ def check(ap, a):
             ap.error("--compare-agent, --compare-repeat: at least 1")
         if a.no_agent or a.server_freeze_at is not None:
             ap.error("--compare-agent runs the agent itself and cannot freeze the server")
-    if a.client and (a.compare_agent is not None or a.rank_override or a.server_freeze_at is not None):
-        ap.error("--client runs a real job: no --compare-agent, --rank-override or --server-freeze-at")
+    if a.client and (a.compare_agent is not None or a.rank_override or a.server_freeze_at is not None
+                     or a.local_then_copy):
+        ap.error("--client runs a real job: no --compare-agent, --rank-override, --server-freeze-at or "
+                 "--local-then-copy")
     if a.state_mb <= 0 or a.saves < 1 or a.save_every < 0:
         ap.error("--state-mb and --saves must be positive, --save-every not negative")
     for ev in a.ftrace:
@@ -185,7 +190,7 @@ def spec_of(a):
         "rank_overrides": {str(r): f for r, f in a.rank_override},
         "freeze_at": a.server_freeze_at, "freeze_for": a.server_freeze_for,
         "agent": not a.no_agent, "agent_args": a.agent_args.split(), "agent_user": a.agent_user,
-        "nfsd_threads": a.nfsd_threads, "doctor_load": a.doctor_load, "agent_start_timeout": a.agent_start_timeout,
+        "local_then_copy": a.local_then_copy, "nfsd_threads": a.nfsd_threads, "doctor_load": a.doctor_load, "agent_start_timeout": a.agent_start_timeout,
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
         "compare_agent": a.compare_agent,
         "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,

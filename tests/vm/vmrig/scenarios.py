@@ -16,6 +16,9 @@ INSTRUCTION_CLOCK = ("--icount", "0", "--export-fs", "tmpfs")
 CLIENTS = ("--ranks", "4", "--state-mb", "2", "--save-every", "12", "--client", "torch-save", "--client", "dcp",
            "--client", "dcp-async", "--client", "safetensors")
 
+# 8 ranks of 4 KiB O_SYNC writes over a 20 ms round trip: the saturating storm.
+STORM = ("--delay-ms", "10", "--ranks", "8", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25")
+
 NAMED = {
     # fsync'ed 64 KiB writes (WRITE + COMMIT), one rank of 4 KiB O_SYNC writes, plus the
     # LOOKUP/CREATE/ACCESS/GETATTR of creating the files; a 2-slot table makes waits real.
@@ -25,15 +28,13 @@ NAMED = {
     # WRITEs queue on xprt_backlog.
     # On the instruction clock: slot wait's share is set by the ranks' CPU time between writes
     # against the round trip, which on the wall clock follows TCG's speed.
-    "saturated": ["--nfs-vers", "3", "--slots", "4", "--delay-ms", "10", "--ranks", "8", "--write-size", "4096",
-                  "--mode", "osync", "--file-mb", "0.25", *INSTRUCTION_CLOCK],
+    "saturated": ["--nfs-vers", "3", "--slots", "4", *STORM, *INSTRUCTION_CLOCK],
     # The same storm on NFSv4.2 with 4 session slots (nfs.max_session_slots): the wait
     # moves to the session's "ForeChannel Slot table"; the transport has slots to spare.
     # ftrace of nfs4_sequence_done gives the kernel's own slot number of every SEQUENCE
     # and the server's highest/target slot ids.
-    "saturated_v42": ["--nfs-vers", "4.2", "--slots", "4", "--delay-ms", "10", "--ranks", "8",
-                      "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25",
-                      "--ftrace", "nfs4:nfs4_sequence_done", *INSTRUCTION_CLOCK],
+    "saturated_v42": ["--nfs-vers", "4.2", "--slots", "4", *STORM, "--ftrace", "nfs4:nfs4_sequence_done",
+                      *INSTRUCTION_CLOCK],
     # Healthy: 1 MiB buffered writes, no slot limit; a tiny dirty_background_bytes makes
     # the flusher kworker write back while the ranks are still writing.
     "unconstrained": ["--nfs-vers", "3", "--ranks", "4", "--write-size", "1048576", "--mode", "buffered",
@@ -60,6 +61,16 @@ NAMED = {
     "straggler": ["--nfs-vers", "3", "--delay-ms", "5", "--rate-mbit", "40", "--ranks", "4",
                   "--write-size", "1048576", "--mode", "buffered", "--file-mb", "1",
                   "--rank-override", "2:file-mb=16", *INSTRUCTION_CLOCK],
+    # What-if pairs (test_whatif.py, issue 23): the two saturated storms above, each the BEFORE
+    # of a change whose AFTER is one of these; the prediction is made from BEFORE alone.
+    # 4 -> 16 transport slots: the limit becomes the ranks, one write in flight each.
+    "slots16": ["--nfs-vers", "3", "--slots", "16", *STORM, *INSTRUCTION_CLOCK],
+    # the ranks save to a local tmpfs, then copy to NFS in 1 MiB buffered writes
+    "local_copy": ["--nfs-vers", "3", "--slots", "4", *STORM, "--local-then-copy", *INSTRUCTION_CLOCK],
+    # NFSv4.2 with 4 session slots -> 32
+    "session32": ["--nfs-vers", "4.2", "--slots", "32", *STORM, *INSTRUCTION_CLOCK],
+    # ... and nconnect 4 instead: the session's table is shared by the connections, so it buys little
+    "v42_nconnect4": ["--nfs-vers", "4.2", "--slots", "4", "--nconnect", "4", *STORM, *INSTRUCTION_CLOCK],
     # The real clients on a healthy mount: no slot limit, 10 ms round trip.
     "clients_healthy": ["--nfs-vers", "3", "--delay-ms", "5", *CLIENTS],
     # ... and on a saturating one: 2 slots of 32 KiB WRITEs per 20 ms round trip, a ceiling of
