@@ -86,4 +86,4 @@ def test_qemu_runs_one_vcpu_on_the_instruction_clock():
     wall = qemu_command(FakeImage(), "6.1", "tcg", "/tmp/c", [])
     assert opt(wall, "-smp") == [str(CPUS)] and opt(wall, "-icount") == []
     counted = qemu_command(FakeImage(), "6.1", "tcg", "/tmp/c", [], icount=2)
-    assert opt(counted, "-smp") == ["1"] and opt(counted, "-icount") == ["shift=2,sleep=on"]
+    assert opt(counted, "-smp") == ["1"] and opt(counted, "-icount") == ["shift=2,sleep=off"]

@@ -90,6 +90,12 @@ def log(msg):
     print(f"[guest +{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
 
 
+# the deadline of a boot's own steps that wait for the host many times (install, doctor): on the
+# instruction clock each wait costs guest time (vmrig/vm.py icount_args); the host's watchdog
+# (900 s of its time before the first scenario) still catches a hang
+SETUP_TIMEOUT = 3600
+
+
 def sh(*cmd, timeout=120):
     p = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if p.returncode != 0:
@@ -131,7 +137,7 @@ def install_project():
     shutil.copytree(SRC, copy, copy_function=copy_live, ignore=shutil.ignore_patterns(
         ".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", "out", ".job"))
     sh(VENV_PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-       "--disable-pip-version-check", str(copy), timeout=600)
+       "--disable-pip-version-check", str(copy), timeout=SETUP_TIMEOUT)
     shutil.copytree(JOB / "guest", RANKS_CODE)
 
 
@@ -148,7 +154,7 @@ def doctor(spec):
     --load if the boot's first scenario asks): what it says goes to doctor.txt with its exit
     status (its verdict, not a failure of the boot)."""
     p = subprocess.run(["slotscope", "doctor", *(["--load"] if spec.get("doctor_load") else [])], check=False, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=120)
+                       stderr=subprocess.STDOUT, text=True, timeout=SETUP_TIMEOUT)
     (RESULTS / "doctor.txt").write_text(f"{p.stdout}exit status {p.returncode}\n")
 
 

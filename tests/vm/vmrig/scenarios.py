@@ -8,7 +8,9 @@ them), and frozen, whose server goes away for a while, comes last."""
 # Guest time counts emulated instructions (one vCPU, 1 ns each), so a timing a test asserts
 # does not follow the host's speed and load; the export is a tmpfs because host disk I/O is
 # not on that clock (vmrig/vm.py icount_args).
-INSTRUCTION_CLOCK = ("--icount", "0", "--export-fs", "tmpfs")
+# BCC's compile reads thousands of headers from the virtio disk, each wait a jump of the guest's
+# clock: on a loaded host it can take more guest time than the default 240 s.
+INSTRUCTION_CLOCK = ("--icount", "0", "--export-fs", "tmpfs", "--agent-start-timeout", "900")
 
 # A real job (guest/clients.py): 4 ranks under torchrun save 2 MiB each with torch.save, DCP,
 # DCP's async_save and safetensors in turn, 12 s of computing apart: more than the analyzer's

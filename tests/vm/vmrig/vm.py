@@ -45,16 +45,18 @@ class Result:
 
 def icount_args(shift):
     """The guest's clock counts emulated instructions instead of following the host's: each
-    instruction takes 2**shift ns of guest time. The host's speed and load then do not enter
-    the guest's CPU times, which makes a CPU-cost comparison repeatable (bench/overhead.py).
-    An idle guest waits on the host's clock (sleep=on): with sleep=off it jumped to its next
-    timer at once, so every wait for host I/O (9p, the virtio disk) cost it up to a tick, and
-    on a loaded host the project's install over 9p took 1349 s of guest time and the boot's
-    doctor ran past its 120 s. Host I/O still completes at whatever guest time the host gets
-    to it. One vCPU: QEMU runs icount vCPUs round-robin on one thread, and a 2-vCPU x86 guest
-    hangs at "Booting SMP configuration" (the boot CPU spins waiting for a sibling that never
-    gets its turn)."""
-    return ["-icount", f"shift={shift},sleep=on", "-smp", "1"]
+    instruction takes 2**shift ns of guest time, and an idle guest jumps to its next timer
+    (sleep=off). The host's speed and load then do not enter guest timings, which makes a
+    CPU-cost comparison repeatable (bench/overhead.py). One vCPU: QEMU runs icount vCPUs
+    round-robin on one thread, and a 2-vCPU x86 guest hangs at "Booting SMP configuration"
+    (the boot CPU spins waiting for a sibling that never gets its turn). Host I/O (the
+    virtio disk) is not modelled: its completions land at arbitrary guest times, and each wait
+    for one jumps to the next timer, so steps that wait for the host many times (the install
+    over 9p: 57 s of guest time on a quiet host, 1349 s at load 5) have generous guest-time
+    deadlines (guest/scenario.py SETUP_TIMEOUT). sleep=on would bound those waits by the host's
+    time, but then the host's scheduling delays enter every idle wait of a measurement: the
+    straggler's ratio fell from 4.07x to 2.4x at load 6."""
+    return ["-icount", f"shift={shift},sleep=off", "-smp", "1"]
 
 
 def console_tail(console, n=CONSOLE_TAIL):
