@@ -135,3 +135,19 @@ def test_a_member_this_kernel_lacks_is_the_reason_the_group_cannot_run():
     assert Absent().missing_members() == (
         "struct task_struct has no member `no_such` (task_struct has no `no_such`) in "
         f"{btf.BTF_DIR}/vmlinux; lost: what the test group reads")
+
+
+def test_without_btf_for_the_module_the_headers_place_the_members():
+    class Headers(Reader):   # as 5.10's nfs and sunrpc modules, which have no BTF
+        headers = ("linux/sched.h",)
+        members = (("task_struct", "files"), ("nfs_pgio_header", "args.context"))
+
+        def btf(self):
+            return None
+
+    group = Headers()
+    flags = group.cflags(None)
+    assert "-DNFS_PGIO_HEADER_ARGS_CONTEXT_OFF=__builtin_offsetof(struct nfs_pgio_header, args.context)" in flags
+    assert "-DNFS_PGIO_HEADER_ARGS_CONTEXT_SIZE=sizeof(((struct nfs_pgio_header *)0)->args.context)" in flags
+    assert group.program_text().startswith("#include <linux/sched.h>\n")
+    assert group.fallbacks()[0].startswith("no BTF for the test module")
