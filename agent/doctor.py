@@ -28,7 +28,8 @@ def checks() -> list[tuple[str, str | None, str]]:
         hdr_reason = None
     hdr_what = ("kernel headers for BCC" if headers is None or kernel.headers_match_kernel() else
                 f"kernel headers: {os.path.realpath(headers)} is not this kernel's own tree (a fallback): "
-                f"fine for tracepoint programs, kprobes walking structs would read garbage")
+                f"fine for tracepoint programs, and for the kprobe groups where the kernel has BTF for their "
+                f"modules (without it they would read struct members at wrong offsets)")
     out.append(("headers", hdr_reason, hdr_what))
     for make in GROUPS:
         group = make()
@@ -41,8 +42,8 @@ def checks() -> list[tuple[str, str | None, str]]:
 
 def load_check(results: list[tuple[str, str | None, str]]) -> list[tuple[str, str | None, str]]:
     """The groups that can run, compiled and loaded as `record` would (falling back as it does),
-    then unloaded: whether BCC compiles against this kernel's headers only a compile tells
-    (a kernel newer than BCC breaks the kprobe groups, which include them). -> results with each
+    then unloaded: whether BCC compiles against this kernel only a compile tells (a kernel newer
+    than BCC broke the kprobe groups while they compiled its headers). -> results with each
     group that failed to load given its reason."""
     groups, skipped = runnable_groups()
     if groups:

@@ -21,7 +21,7 @@ import numpy as np
 
 from slotscope.capture.syscalls import OPS
 
-from . import kernel
+from . import btf, kernel
 from .identity import RANK_VARS
 from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RINGS,
                       RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
@@ -303,22 +303,63 @@ class NfsProbes(ProbeGroup):
                 or self.missing_fields())
 
 
-class KprobeGroup(ProbeGroup):
-    """A group of kprobes that read struct fields: it needs kprobes, its functions, and the
-    running kernel's own headers."""
-    module = ""                              # whose tracepoints say the module is there
-    functions: tuple[str, ...] = ()
-    # (header, struct, member, what the program does without it): -DHAVE_<STRUCT>_<MEMBER>
-    # where the running kernel's headers have it
-    optional_members: tuple[tuple[str, str, str, str], ...] = ()
+def member_macro(struct: str, path: str) -> str:
+    """The name a program reads a struct member by (KREAD in bpf/members.h): rpc_xprt's
+    backlog.qlen is RPC_XPRT_BACKLOG_QLEN, placed by RPC_XPRT_BACKLOG_QLEN_OFF and _SIZE."""
+    return f"{struct}_{path.replace('.', '_')}".upper()
 
-    def _members(self) -> list[tuple[str, str, str, bool]]:
-        return [(struct, member, without, bool(kernel.struct_has_member(header, struct, member)))
-                for header, struct, member, without in self.optional_members]
+
+class KprobeGroup(ProbeGroup):
+    """A group of kprobes that read struct members: it needs kprobes, its functions, and where
+    this kernel puts each member. That comes from the kernel's BTF (vmlinux's and the module's
+    own), handed to the program as numbers: no kernel header is compiled, so a kernel whose
+    headers BCC cannot compile (7.3's with BCC 0.31) still loads the group. A kernel without
+    BTF for the module (before 5.11) has it placed by its own headers, compiled with the group."""
+    module = ""                              # whose tracepoints say the module is there, whose BTF
+    functions: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()            # what defines the structs read, for a kernel without their BTF
+    members: tuple[tuple[str, str], ...] = ()   # (struct, member path) the program reads
+    # (header, struct, member, what the program does without it): -DHAVE_<STRUCT>_<MEMBER>
+    # where this kernel has it
+    optional_members: tuple[tuple[str, str, str, str], ...] = ()
+    loses = ""                               # what a recording lacks without the group
+
+    def btf(self) -> btf.Btf | None:
+        """The kernel's BTF for the structs the group reads, or None where it has none for the
+        module (then its headers place the members). BtfError where it is there but unreadable."""
+        return btf.kernel_btf(self.module) if btf.has_module_btf(self.module) else None
+
+    def _placed(self) -> dict[tuple[str, str], tuple[str, str] | None]:
+        """Each member's offset and size: numbers from BTF, or C expressions over the headers;
+        None for one this kernel lacks."""
+        types, out = self.btf(), {}
+        optional = {(struct, member): header for header, struct, member, _ in self.optional_members}
+        for struct, path in [*self.members, *optional]:
+            if types is not None:
+                try:
+                    out[struct, path] = tuple(map(str, types.member(struct, path)))
+                except btf.BtfError:
+                    out[struct, path] = None
+            elif (struct, path) not in optional or kernel.struct_has_member(optional[struct, path], struct, path):
+                out[struct, path] = (f"__builtin_offsetof(struct {struct}, {path})",
+                                     f"sizeof(((struct {struct} *)0)->{path})")
+            else:
+                out[struct, path] = None
+        return out
+
+    def _optional(self) -> list[tuple[str, str, str, bool]]:
+        """(struct, member, without it, whether this kernel has it) of each optional member."""
+        placed = self._placed()
+        return [(struct, member, without, placed[struct, member] is not None)
+                for _, struct, member, without in self.optional_members]
 
     def fallbacks(self) -> list[str]:
-        return super().fallbacks() + [f"struct {struct} has no `{member}`: {without}"
-                                      for struct, member, without, has in self._members() if not has]
+        notes = super().fallbacks()
+        if self.btf() is None:
+            notes.append(f"no BTF for the {self.module} module (/sys/kernel/btf/{self.module}: 5.11+): "
+                         f"struct members placed by the kernel's headers, compiled with the group")
+        return notes + [f"struct {struct} has no `{member}`: {without}"
+                        for struct, member, without, has in self._optional() if not has]
 
     def can_run(self) -> str | None:
         reason = common_reason() or module_reason(self.module, self.module)
@@ -329,14 +370,41 @@ class KprobeGroup(ProbeGroup):
         missing = kernel.missing_kprobe_functions(self.functions)
         if missing:
             return f"cannot kprobe {', '.join(missing)} (not in available_filter_functions)"
-        if not kernel.headers_match_kernel():
-            return (f"the kernel headers ({os.path.realpath(kernel.headers_dir() or '')}) are not this kernel's "
-                    f"own: struct fields would be read at wrong offsets")
-        return None
+        return self.missing_members()
+
+    def missing_members(self) -> str | None:
+        """Why this kernel cannot place the members the group reads, and what is lost; None if it can."""
+        try:
+            types = self.btf()
+        except btf.BtfError as exc:
+            return f"{exc}; lost: {self.loses}"
+        if types is None:
+            if kernel.headers_match_kernel():
+                return None
+            return (f"no BTF for the {self.module} module, and the kernel headers "
+                    f"({os.path.realpath(kernel.headers_dir() or '')}) are not this kernel's own: struct "
+                    f"members would be read at wrong offsets; lost: {self.loses}")
+        absent = []
+        for struct, path in self.members:
+            try:
+                types.member(struct, path)
+            except btf.BtfError as exc:
+                absent.append(str(exc))
+        return f"{'; '.join(absent)}; lost: {self.loses}" if absent else None
+
+    def program_text(self) -> str:
+        includes = "" if self.btf() else "".join(f"#include <{h}>\n" for h in self.headers)
+        return includes + super().program_text()
 
     def cflags(self, filters: Filters) -> list[str]:
-        return (super().cflags(filters) + [f"-DOPAQUE_{name.upper()}" for name in kernel.bpf_structs_bcc_lacks()]
-                + [f"-DHAVE_{struct.upper()}_{member.upper()}" for struct, member, _, has in self._members() if has])
+        flags = super().cflags(filters)
+        if self.btf() is None:
+            flags += [f"-DOPAQUE_{name.upper()}" for name in kernel.bpf_structs_bcc_lacks()]
+        for (struct, path), where in self._placed().items():
+            if where:
+                name = member_macro(struct, path)
+                flags += [f"-D{name}_OFF={where[0]}", f"-D{name}_SIZE={where[1]}"]
+        return flags + [f"-DHAVE_{member_macro(struct, member)}" for struct, member, _, has in self._optional() if has]
 
 
 class OwnerProbes(KprobeGroup):
@@ -348,6 +416,11 @@ class OwnerProbes(KprobeGroup):
     streams = (Stream("owners", ("owner_ring",), lambda d, ev: owners_table(ev)),)
     module = "nfs"
     functions = ("nfs_file_write", "nfs_initiate_write")
+    headers = ("linux/fs.h", "linux/sched.h", "linux/nfs_fs.h", "linux/nfs_xdr.h")
+    members = (("task_struct", "files"), ("kiocb", "ki_filp"), ("nfs_pgio_header", "args.lock_context"),
+               ("nfs_pgio_header", "args.context"), ("nfs_lock_context", "lockowner"),
+               ("nfs_open_context", "flock_owner"))
+    loses = "each WRITE's lock owner and open file (background writeback is attributed by inode and time)"
 
 
 class XprtProbes(KprobeGroup):
@@ -361,9 +434,15 @@ class XprtProbes(KprobeGroup):
     needs = "sunrpc"
     module = "sunrpc"
     functions = ("xprt_reserve", "xprt_free_slot")
+    headers = ("linux/sunrpc/clnt.h", "linux/sunrpc/sched.h", "linux/sunrpc/xprt.h")
+    members = (("rpc_task", "tk_xprt"), ("rpc_task", "tk_client"), ("rpc_task", "tk_pid"),
+               ("rpc_clnt", "cl_clid"), ("rpc_rqst", "rq_task"),
+               ("rpc_xprt", "num_reqs"), ("rpc_xprt", "max_reqs"), ("rpc_xprt", "min_reqs"),
+               ("rpc_xprt", "backlog.qlen"), ("rpc_xprt", "sending.qlen"), ("rpc_xprt", "pending.qlen"))
     optional_members = (("linux/sunrpc/xprt.h", "rpc_xprt", "id",
                          "a transport is named by its address instead (no rpc_xprt.id before 5.15): its rows "
                          "are told apart, but not matched with /sys/kernel/sunrpc's xprt-ID"),)
+    loses = "each transport's slot counters (the xprt table) and each RPC's transport (xprt_id -1)"
 
 
 # Every probe group, the syscall group (which every recording needs) first.
@@ -390,7 +469,10 @@ def program(groups: list[ProbeGroup], filters: Filters) -> tuple[str, list[str]]
     """The C text and compiler flags that load() hands to BCC for these groups."""
     bpf_dir = resources.files("slotscope.bpf")
     text = c_header() + bpf_dir.joinpath("common.h").read_text()
-    if any(isinstance(g, KprobeGroup) for g in groups):
+    kprobe_groups = [g for g in groups if isinstance(g, KprobeGroup)]
+    if kprobe_groups:
+        text += bpf_dir.joinpath("members.h").read_text()
+    if any(g.btf() is None for g in kprobe_groups):   # the kernel's headers are compiled
         text += bpf_dir.joinpath("opaque.h").read_text()
     text += "".join(g.program_text() for g in groups)
     return text, [flag for g in groups for flag in g.cflags(filters)]
@@ -437,7 +519,7 @@ def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
 def load_falling_back(groups: list[ProbeGroup], filters: Filters, skipped: dict[str, str],
                       say: Callable[[str], None]) -> tuple["Loaded", list[ProbeGroup]]:
     """Load the groups; when that fails, retry without the kprobe groups (they read struct
-    fields through the kernel's headers, the likeliest to break with a kernel newer than BCC),
+    members, and compile the kernel's headers where it has no BTF: the likeliest to break),
     then with syscalls alone: the optional groups must not cost the syscall view. The groups
     dropped go into `skipped` with why. -> (the program, the groups in it)."""
     attempts = []

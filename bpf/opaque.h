@@ -1,4 +1,5 @@
-/* slotscope: prepended once when a kprobe group (which includes kernel headers) loads. */
+/* slotscope: prepended once when a kprobe group includes the kernel's headers (no BTF for
+ * its module: agent/probes.py KprobeGroup.btf). */
 /* Newer kernels' linux/bpf.h takes the size of these; an older BCC's copy of the uapi
  * bpf.h lacks them (agent/kernel.py: bpf_structs_bcc_lacks). Never read here. */
 #ifdef OPAQUE_BPF_WQ

@@ -14,12 +14,8 @@
  * nfs_initiate_write: the WRITE's lock owner and open file, left by thread for
  * rpc_task_begin (bpf/sunrpc.c), which follows in the same thread.
  *
- * These read struct fields: they need the running kernel's own headers.
+ * These read struct members at this kernel's offsets (bpf/members.h).
  */
-#include <linux/fs.h>
-#include <linux/sched.h>
-#include <linux/nfs_fs.h>
-#include <linux/nfs_xdr.h>
 
 struct writer_seen {
     u64 files;
@@ -30,15 +26,14 @@ struct writer_seen {
 BPF_TABLE("lru_hash", u64, struct writer_seen, writer_seen, 65536);
 BPF_RINGBUF_OUTPUT(owner_ring, OWNER_RING_PAGES);
 
-int kprobe__nfs_file_write(struct pt_regs *ctx, struct kiocb *iocb)
+int kprobe__nfs_file_write(struct pt_regs *ctx, void *iocb)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+    void *task = (void *)bpf_get_current_task();
     struct writer_seen now = {.tgid = id >> 32};
-    struct file *filp = 0;
-    bpf_probe_read_kernel(&now.files, sizeof(now.files), &task->files);
-    bpf_probe_read_kernel(&filp, sizeof(filp), &iocb->ki_filp);
-    u64 file = (u64)filp;
+    u64 file;
+    KREAD(now.files, task, TASK_STRUCT_FILES);
+    KREAD(file, iocb, KIOCB_KI_FILP);
     struct writer_seen *seen = writer_seen.lookup(&file);
     if (seen && seen->files == now.files && seen->tgid == now.tgid)
         return 0;
@@ -57,17 +52,16 @@ int kprobe__nfs_file_write(struct pt_regs *ctx, struct kiocb *iocb)
     return 0;
 }
 
-int kprobe__nfs_initiate_write(struct pt_regs *ctx, struct nfs_pgio_header *hdr)
+int kprobe__nfs_initiate_write(struct pt_regs *ctx, void *hdr)
 {
     struct pending_owner o = {};
-    struct nfs_lock_context *l = 0;
-    struct nfs_open_context *c = 0;
-    bpf_probe_read_kernel(&l, sizeof(l), &hdr->args.lock_context);
-    bpf_probe_read_kernel(&c, sizeof(c), &hdr->args.context);
+    void *l, *c;
+    KREAD(l, hdr, NFS_PGIO_HEADER_ARGS_LOCK_CONTEXT);
+    KREAD(c, hdr, NFS_PGIO_HEADER_ARGS_CONTEXT);
     if (l)
-        bpf_probe_read_kernel(&o.lock_owner, sizeof(o.lock_owner), &l->lockowner);
+        KREAD(o.lock_owner, l, NFS_LOCK_CONTEXT_LOCKOWNER);
     if (c)
-        bpf_probe_read_kernel(&o.open_file, sizeof(o.open_file), &c->flock_owner);
+        KREAD(o.open_file, c, NFS_OPEN_CONTEXT_FLOCK_OWNER);
     u32 tid = bpf_get_current_pid_tgid();
     pending_owner.update(&tid, &o);
     return 0;
