@@ -312,21 +312,28 @@ class FdTable:
     def lookup(self, keys: np.ndarray, times: np.ndarray, resolve) -> tuple[np.ndarray, np.ndarray]:
         """File ids and mapping start times for many (key, time) pairs at once.
         resolve(key) is called once for a key with no history (an fd from before recording)."""
-        fids = np.full(keys.shape, UNKNOWN, np.int64)
-        since = np.zeros(keys.shape, np.int64)
         encoded = pa.array(keys).dictionary_encode()    # a hash: np.unique sorted the batch
         uniq, inverse = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
+        # Keys of one mapping (nearly all) are looked up together, in one pass over the rows:
+        # a pass per key made a batch of a busy host's many fds cost keys x rows.
+        first = np.zeros(len(uniq), np.int64)
+        only = np.full(len(uniq), UNKNOWN, np.int64)
+        several = []
         for i, key in enumerate(uniq):
             hist = self.history.get(key)
             if hist is None:
                 self.set(key, 0, resolve(key))
                 hist = self.history[key]
-            rows = inverse == i if len(uniq) > 1 else slice(None)   # a storm: one fd
             if len(hist) == 1:
-                ok = times[rows] >= hist[0][0]     # a write from before the only mapping: unknown
-                fids[rows] = np.where(ok, hist[0][1], UNKNOWN)
-                since[rows] = np.where(ok, hist[0][0], 0)
-                continue
+                first[i], only[i] = hist[0]
+            else:
+                several.append((i, hist))
+        starts = first[inverse]
+        ok = times >= starts     # a write from before the only mapping: unknown
+        fids = np.where(ok, only[inverse], UNKNOWN)
+        since = np.where(ok, starts, 0)
+        for i, hist in several:
+            rows = np.flatnonzero(inverse == i)
             starts = np.array([h[0] for h in hist], np.int64)
             pos = np.searchsorted(starts, times[rows], side="right") - 1
             ok = pos >= 0

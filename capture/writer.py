@@ -36,6 +36,12 @@ SEGMENT_BYTES = 8 << 20
 # Finished segments waiting for the flusher before the drain waits too: the memory a slow
 # disk can take (SEGMENT_BYTES each), against the ring it would otherwise overflow.
 FLUSH_BACKLOG = 4
+# Segments are LZ4-compressed (Arrow IPC buffer compression; every reader decompresses it):
+# a write storm's syscall row took 150 bytes, 22 compressed (constant columns, repeated paths),
+# and writing, fsyncing and checksumming those bytes was the largest part of the agent's CPU
+# per row; compressing costs about what copying the larger buffers did. On the drain's own
+# thread: pyarrow's pool would only move the same work to another core.
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 # Still written past the size limit: small, and they say whose the rows are and what was lost.
 ALWAYS_WRITTEN = ("procs", "loss", "agent")
 
@@ -248,7 +254,7 @@ class TableWriter:
         if self._writer is None:
             self.seq += 1
             self._sink = pa.BufferOutputStream()
-            self._writer = pa.ipc.new_file(self._sink, self.schema)
+            self._writer = pa.ipc.new_file(self._sink, self.schema, options=IPC_OPTIONS)
             self._opened_at = time.monotonic()
             self._segment_rows = 0
         if isinstance(table, pa.RecordBatch):

@@ -103,7 +103,7 @@ def test_rows_of_several_tables_round_trip_through_segments(tmp_path, clock):
 def test_a_segment_closes_when_it_is_full_not_only_when_its_second_is_over(tmp_path, clock, monkeypatch):
     """A write storm's rows do not pile up in memory for a second: the open segment is written
     once it holds SEGMENT_BYTES."""
-    monkeypatch.setattr(cw, "SEGMENT_BYTES", 64 << 10)
+    monkeypatch.setattr(cw, "SEGMENT_BYTES", 16 << 10)   # a batch of 200 rows: ~5 KiB compressed
     path = str(tmp_path / "cap")
     w = CaptureWriter(path)
     w.write_meta(meta())
