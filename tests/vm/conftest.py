@@ -185,7 +185,7 @@ small_sync = _named("small_sync")
 flush_stall = _named("flush_stall")
 straggler = _named("straggler")
 nconnect = _named("nconnect")
-# The AFTERs of what-if pairs whose BEFOREs are saturated and saturated_v42 (test_whatif.py).
+# The AFTERs of what-if pairs whose BEFOREs are saturated and saturated_v42 (test_whatif_pairs.py).
 slots16 = _named("slots16")
 local_copy = _named("local_copy")
 session32 = _named("session32")

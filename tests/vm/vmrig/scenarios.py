@@ -63,7 +63,7 @@ NAMED = {
     "straggler": ["--nfs-vers", "3", "--delay-ms", "5", "--rate-mbit", "40", "--ranks", "4",
                   "--write-size", "1048576", "--mode", "buffered", "--file-mb", "1",
                   "--rank-override", "2:file-mb=16", *INSTRUCTION_CLOCK],
-    # What-if pairs (test_whatif.py, issue 23): the two saturated storms above, each the BEFORE
+    # What-if pairs (test_whatif_pairs.py, issue 23): the two saturated storms above, each the BEFORE
     # of a change whose AFTER is one of these; the prediction is made from BEFORE alone.
     # 4 -> 16 transport slots: the limit becomes the ranks, one write in flight each.
     "slots16": ["--nfs-vers", "3", "--slots", "16", *STORM, *INSTRUCTION_CLOCK],
