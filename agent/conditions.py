@@ -1,6 +1,6 @@
-"""The triggers' conditions, each over the rows of one drain (vectorised over the batch, not
-per event), from the same tables `record` writes: blocked_s reads `blocked` and `syscall`
-rows; slot_full_s and not_responding read `slots` and `kmsg` rows, which only a kernel with
+"""The triggers' conditions, over the rows of each drain (vectorised over the batch, not per
+event), from the same tables `record` writes: blocked_s reads `blocked` and `syscall` rows
+(the calls in progress kept from drain to drain); slot_full_s and not_responding read `slots` and `kmsg` rows, which only a kernel with
 sunrpc/NFS produces (the VM rig), through the same code paths.
 """
 from __future__ import annotations
@@ -14,24 +14,55 @@ import pyarrow.compute as pc
 from .triggers import MIN_EARLIER_SAVES
 
 
-def blocked_for(blocked: pa.Table | None, syscalls: pa.Table | None) -> tuple[int, dict | None]:
-    """The longest a traced call has been blocked in these rows (ns), and that call: the
-    `blocked` snapshot's calls in progress and the `syscall` rows of calls that returned."""
-    best, call = 0, None
-    if blocked is not None and blocked.num_rows:
-        ages = pc.subtract(blocked["ts"], blocked["ts_enter"])
-        i = int(pc.index(ages, pc.max(ages)).as_py())
-        best, call = int(ages[i].as_py()), _call(blocked, i, in_progress=True)
-    if syscalls is not None and syscalls.num_rows:
-        i = int(pc.index(syscalls["latency_ns"], pc.max(syscalls["latency_ns"])).as_py())
-        if syscalls["latency_ns"][i].as_py() > best:
-            best, call = int(syscalls["latency_ns"][i].as_py()), _call(syscalls, i, in_progress=False)
-    return best, call
+def returned_blocked(syscalls: pa.Table | None) -> tuple[int, dict | None]:
+    """The longest a traced call that returned in these `syscall` rows was blocked (ns), and
+    that call (the calls still in progress: Blocked)."""
+    if syscalls is None or not syscalls.num_rows:
+        return 0, None
+    i = int(pc.index(syscalls["latency_ns"], pc.max(syscalls["latency_ns"])).as_py())
+    return int(syscalls["latency_ns"][i].as_py()), _call(syscalls, i, in_progress=False)
 
 
 def _call(rows: pa.Table, i: int, in_progress: bool) -> dict:
     row = rows.slice(i, 1).select(["tgid", "syscall", "path", "ts_enter"]).to_pylist()[0]
     return {**row, "syscall": str(row["syscall"]), "in_progress": in_progress}
+
+
+class Blocked:
+    """The calls in progress that the `blocked` snapshots (one a second, of every call blocked
+    for a second or more) show, kept from one drain to the next: a call stays blocked until the
+    latest snapshot leaves it out, its `syscall` row says it returned, or no snapshot has shown
+    it for STALE_NS (they stop when nothing is blocked). Read from one drain's rows alone, the
+    condition went false in a drain without a snapshot, and a trigger re-armed by a second of
+    that fired again on the call it had already reported."""
+
+    STALE_NS = 3_000_000_000
+
+    def __init__(self):
+        self.calls: dict[tuple[int, int], tuple[dict, int]] = {}    # (tid, ts_enter) -> (call, last seen)
+
+    def feed_snapshot(self, blocked: pa.Table | None) -> None:
+        if blocked is None or not blocked.num_rows:
+            return
+        ts = blocked["ts"].to_numpy()
+        for i, (tid, ts_enter) in enumerate(zip(blocked["tid"].to_pylist(), blocked["ts_enter"].to_pylist())):
+            self.calls[tid, ts_enter] = (_call(blocked, i, in_progress=True), int(ts[i]))
+        latest = int(ts.max())
+        self.calls = {k: v for k, v in self.calls.items() if v[1] >= latest}
+
+    def feed_returned(self, syscalls: pa.Table | None) -> None:
+        if syscalls is None or not syscalls.num_rows or not self.calls:
+            return
+        for key in zip(syscalls["tid"].to_pylist(), syscalls["ts_enter"].to_pylist()):
+            self.calls.pop(key, None)
+
+    def longest(self, now_ns: int) -> tuple[int, dict | None]:
+        """How long the longest-blocked call still in progress has been, and that call."""
+        self.calls = {k: v for k, v in self.calls.items() if now_ns - v[1] <= self.STALE_NS}
+        if not self.calls:
+            return 0, None
+        call = min((c for c, _ in self.calls.values()), key=lambda c: c["ts_enter"])
+        return now_ns - call["ts_enter"], call
 
 
 class SlotFull:

@@ -23,7 +23,7 @@ import numpy as np
 
 from slotscope.capture.writer import CaptureWriteError
 
-from .conditions import SlotFull, blocked_for, not_responding, slow_save
+from .conditions import Blocked, SlotFull, not_responding, returned_blocked, slow_save
 from .files import mount_tables, traced_devs
 from .flight import FlightRecorder
 from .incidents import Incident, incident_name, open_out, prune
@@ -85,6 +85,7 @@ class Watcher(Recorder):
         self.metrics.flight = self._held
         self.arming = Arming(opts.triggers, opts.rearm)
         self.slot_full = SlotFull()
+        self.blocked = Blocked()
         self.incident: Incident | None = None      # open from its trigger until its analysis ends
         self.collect_until: float | None = None    # while the incident takes rows: until when
         self.reload_requested = False
@@ -181,8 +182,11 @@ class Watcher(Recorder):
         self.metrics.observe(name, rows)
         if self.collect_until is not None:
             self.incident.add(name, rows)
-        if name in ("blocked", "syscall"):
-            ns, call = blocked_for(rows if name == "blocked" else None, rows if name == "syscall" else None)
+        if name == "blocked":
+            self.blocked.feed_snapshot(rows)
+        elif name == "syscall":     # the calls that returned, blocked for their latency
+            self.blocked.feed_returned(rows)
+            ns, call = returned_blocked(rows)
             if ns > self._blocked_ns:
                 self._blocked_ns, self._blocked_call = ns, call
         if name == "syscall" and self.opts.saves is not None:
@@ -196,12 +200,14 @@ class Watcher(Recorder):
         """The triggers whose conditions hold after this drain, each with what it saw (its
         "summary" said in the log)."""
         triggers, holding = self.opts.triggers, {}
-        call = self._blocked_call
-        if "blocked_s" in triggers and self._blocked_ns >= triggers["blocked_s"] * 1e9:
+        ns, call = self.blocked.longest(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+        if self._blocked_ns > ns:
+            ns, call = self._blocked_ns, self._blocked_call
+        if "blocked_s" in triggers and ns >= triggers["blocked_s"] * 1e9:
             holding["blocked_s"] = {
                 "summary": f"{call['syscall']} on {call['path']} by pid {call['tgid']} blocked "
-                           f"{self._blocked_ns / 1e9:.1f} s{' and counting' if call['in_progress'] else ''}",
-                "blocked_s": self._blocked_ns / 1e9, "call": call}
+                           f"{ns / 1e9:.1f} s{' and counting' if call['in_progress'] else ''}",
+                "blocked_s": ns / 1e9, "call": call}
         full_ns, server = self.slot_full.longest(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         if "slot_full_s" in triggers and server and full_ns >= triggers["slot_full_s"] * 1e9:
             holding["slot_full_s"] = {"summary": f"the slot table of {server} full for {full_ns / 1e9:.1f} s",

@@ -2,7 +2,7 @@
 import pyarrow as pa
 import pytest
 
-from slotscope.agent.conditions import SlotFull, blocked_for, not_responding, slow_save
+from slotscope.agent.conditions import Blocked, SlotFull, not_responding, returned_blocked, slow_save
 from slotscope.agent.triggers import TRIGGERS, Arming, parse_triggers
 from slotscope.capture.tables import BLOCKED, KMSG, SLOTS
 
@@ -70,18 +70,35 @@ def test_two_at_once_open_one_incident():
     assert fire == "blocked_s" and noted == {"not_responding"}
 
 
-def test_blocked_for_takes_the_longest_in_progress_or_returned():
-    blocked = pa.Table.from_pylist([
-        {"ts": 10_000, "tid": 7, "tgid": 7, "syscall": "write", "ts_enter": 1_000, "fd": 3, "path": "/p"},
-        {"ts": 10_000, "tid": 8, "tgid": 8, "syscall": "fsync", "ts_enter": 4_000, "fd": 3, "path": "/q"},
-    ], schema=BLOCKED)
-    calls = pa.table({"tgid": pa.array([9], pa.uint32()), "syscall": ["close"], "path": ["/r"],
-                      "ts_enter": [0], "latency_ns": [9_500]})
-    assert blocked_for(blocked, None) == (9_000, {"tgid": 7, "syscall": "write", "path": "/p", "ts_enter": 1_000,
-                                                  "in_progress": True})
-    ns, call = blocked_for(blocked, calls)
+S = 1_000_000_000
+
+
+def _snapshot(ts, *calls):
+    return pa.Table.from_pylist([{"ts": ts, "tid": tid, "tgid": tid, "syscall": "write", "ts_enter": enter, "fd": 3,
+                                  "path": f"/p{tid}"} for tid, enter in calls], schema=BLOCKED)
+
+
+def test_a_blocked_call_stays_blocked_between_snapshots_until_it_returns():
+    """A drain without a snapshot must not clear the condition (a trigger re-armed by it would
+    report the same call again); the call's return, or a snapshot without it, ends it."""
+    b = Blocked()
+    b.feed_snapshot(_snapshot(10 * S, (7, 1 * S), (8, 4 * S)))
+    assert b.longest(10 * S) == (9 * S, {"tgid": 7, "syscall": "write", "path": "/p7", "ts_enter": S,
+                                         "in_progress": True})
+    assert b.longest(12 * S)[0] == 11 * S                      # no snapshot since: still blocked
+    b.feed_returned(pa.table({"tid": pa.array([7], pa.uint32()), "ts_enter": [1 * S]}))
+    assert b.longest(12 * S) == (8 * S, b.calls[8, 4 * S][0])    # 7 returned; 8 is the longest left
+    b.feed_snapshot(_snapshot(13 * S, (9, 12 * S)))             # 8 not in the latest snapshot: it ended
+    assert b.longest(13 * S)[1]["tgid"] == 9
+    assert b.longest(13 * S + Blocked.STALE_NS + 1) == (0, None)  # no snapshot for long: gone
+
+
+def test_returned_blocked_takes_the_longest_returned_call():
+    calls = pa.table({"tgid": pa.array([9, 5], pa.uint32()), "syscall": ["close", "write"], "path": ["/r", "/s"],
+                      "ts_enter": [0, 0], "latency_ns": [9_500, 200]})
+    ns, call = returned_blocked(calls)
     assert ns == 9_500 and call["path"] == "/r" and not call["in_progress"]
-    assert blocked_for(None, None) == (0, None)
+    assert returned_blocked(None) == (0, None)
 
 
 def test_slot_full_runs_per_server():
