@@ -241,6 +241,13 @@ def start_server(spec):
     EXPORT.mkdir(exist_ok=True)
     if spec.get("export_fs") == "tmpfs":  # no disk and journal behind the server's syncs
         sh("mount", "-t", "tmpfs", "-o", "size=1g", "export", str(EXPORT))
+    elif spec.get("export_fs") == "slowdisk":
+        # a slow disk on the guest's clock: null_blk keeps the data in RAM and completes each
+        # I/O from a timer, disk_ms later (the virtio disk's completions are the host's)
+        sh("modprobe", "null_blk", "nr_devices=1", "gb=1", "memory_backed=1", "irqmode=2",
+           f"completion_nsec={int(spec['disk_ms'] * 1e6)}")
+        sh("mkfs.ext4", "-q", "/dev/nullb0", timeout=SETUP_TIMEOUT)
+        sh("mount", "/dev/nullb0", str(EXPORT))
     for d in ("/var/lib/nfs/rpc_pipefs", "/run/rpcbind", EXPORT / CKPT):
         Path(d).mkdir(parents=True, exist_ok=True)
     sh("mount", "-t", "nfsd", "nfsd", "/proc/fs/nfsd")

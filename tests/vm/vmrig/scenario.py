@@ -121,9 +121,11 @@ def parser():
                     help="each rank saves to a local tmpfs, then copies its files to NFS in 1 MiB buffered "
                          "writes (guest/writer.py): its wall_s is the blocking save, copy_s the copy")
     ap.add_argument("--nfsd-threads", type=int, default=16)
-    ap.add_argument("--export-fs", choices=("disk", "tmpfs"), default="disk",
+    ap.add_argument("--export-fs", choices=("disk", "tmpfs", "slowdisk"), default="disk",
                     help="what the server exports: a directory on the VM's ext4 disk (its syncs go "
-                         "through the journal, whose timing varies under TCG), or a tmpfs")
+                         "through the journal, whose timing varies under TCG), a tmpfs, or an ext4 on a "
+                         "RAM disk whose every I/O takes --disk-ms (null_blk: on the guest's clock)")
+    ap.add_argument("--disk-ms", type=float, default=5, help="with --export-fs slowdisk: each I/O's time")
     ap.add_argument("--icount", type=int, metavar="SHIFT",
                     help="under TCG, run the guest on an instruction-counting clock, one vCPU: each "
                          "emulated instruction is 2**SHIFT ns of guest time, so the host's speed and load do "
@@ -194,6 +196,7 @@ def spec_of(a):
         "agent_stop_timeout": a.agent_stop_timeout, "writer_timeout": a.writer_timeout,
         "compare_agent": a.compare_agent,
         "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,
+        **({"disk_ms": a.disk_ms} if a.export_fs == "slowdisk" else {}),
         **({"nodes": a.nodes, "node_rate_mbit": {str(n): r for n, r in a.node_rate_mbit}} if a.nodes > 1 else {}),
         "clients": a.client, **({"state_mb": a.state_mb, "saves": a.saves, "save_every": a.save_every}
                                 if a.client else {}),
@@ -288,7 +291,7 @@ def boot_key(spec):
     """What scenarios sharing a boot must have in common: one export and one agent (and its
     user) serve them all, and the overhead mode runs its own agents; a boot of two nodes is a
     pair of VMs."""
-    return (spec["export_fs"], spec["agent"], tuple(spec["agent_args"]), spec.get("agent_user"),
+    return (spec["export_fs"], spec.get("disk_ms"), spec["agent"], tuple(spec["agent_args"]), spec.get("agent_user"),
             spec["compare_agent"], spec.get("nodes", 1), spec.get("doctor_load"))
 
 
