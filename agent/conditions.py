@@ -1,7 +1,8 @@
 """The triggers' conditions, over the rows of each drain (vectorised over the batch, not per
 event), from the same tables `record` writes: blocked_s reads `blocked` and `syscall` rows
-(the calls in progress kept from drain to drain); slot_full_s and not_responding read `slots` and `kmsg` rows, which only a kernel with
-sunrpc/NFS produces (the VM rig), through the same code paths.
+(the calls in progress kept from drain to drain); slot_full_s and not_responding read `slots`
+and `kmsg` rows, which only a kernel with sunrpc/NFS produces (the VM rig), through the same
+code paths.
 """
 from __future__ import annotations
 

@@ -200,7 +200,8 @@ class Watcher(Recorder):
         """The triggers whose conditions hold after this drain, each with what it saw (its
         "summary" said in the log)."""
         triggers, holding = self.opts.triggers, {}
-        ns, call = self.blocked.longest(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+        now_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        ns, call = self.blocked.longest(now_ns)
         if self._blocked_ns > ns:
             ns, call = self._blocked_ns, self._blocked_call
         if "blocked_s" in triggers and ns >= triggers["blocked_s"] * 1e9:
@@ -208,13 +209,13 @@ class Watcher(Recorder):
                 "summary": f"{call['syscall']} on {call['path']} by pid {call['tgid']} blocked "
                            f"{ns / 1e9:.1f} s{' and counting' if call['in_progress'] else ''}",
                 "blocked_s": ns / 1e9, "call": call}
-        full_ns, server = self.slot_full.longest(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+        full_ns, server = self.slot_full.longest(now_ns)
         if "slot_full_s" in triggers and server and full_ns >= triggers["slot_full_s"] * 1e9:
             holding["slot_full_s"] = {"summary": f"the slot table of {server} full for {full_ns / 1e9:.1f} s",
                                       "full_s": full_ns / 1e9, "server": server}
         saves = self.opts.saves
         if saves is not None and "slow_save" in triggers:
-            ended = saves.feed(None, time.clock_gettime_ns(time.CLOCK_MONOTONIC)) or self._save_ended
+            ended = saves.feed(None, now_ns) or self._save_ended
             took = saves.durations_s
             if ended and slow_save(took, triggers["slow_save"]):
                 median = float(np.median(took[:-1]))
