@@ -353,7 +353,8 @@ def _predict(tr: Transport, change: Change) -> Prediction:
     job = [t for *_, t in results]
     lo, hi = min(job) * (1 - RANGE_FLOOR), max(job) * (1 + RANGE_FLOOR)
     if p.limit in (SERVER, "link") and not (change.buffered or change.local_then_copy):
-        hi = max(hi, measured)      # a resource already near its most: the change may buy nothing at all
+        # a resource already near its most: the change may buy nothing at all (to the model's rounding)
+        hi = max(hi, measured * (1 + RANGE_FLOOR))
     spans: dict[str, list[float]] = {}
     for (name, *_), t in zip(variants[1:], job[1:]):
         spans.setdefault(name, [nominal]).append(t)

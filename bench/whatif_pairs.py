@@ -34,22 +34,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "vm"))
 from vmrig.scenario import parser as scenario_parser, run_many, spec_of  # noqa: E402
+from vmrig.scenarios import LINK_BOUND, SERVER_BOUND, STORM  # noqa: E402
 
 from slotscope.analyzer import whatif  # noqa: E402
 from slotscope.analyzer.analysis import context  # noqa: E402
 from slotscope.analyzer.job import Job  # noqa: E402
 from slotscope.analyzer.thresholds import Thresholds  # noqa: E402
 
-# 8 ranks of 4 KiB O_SYNC writes over a 20 ms round trip: the storm each change is tried on
-STORM = ["--ranks", "8", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25", "--delay-ms", "10"]
 V3, V41 = ["--nfs-vers", "3"], ["--nfs-vers", "4.1"]
-# The storm with the server next door (1 ms round trip), whose one thread syncs each WRITE to an
-# export whose every I/O takes 5 ms: the server is the limit. (A fast export never was: with one
-# thread, 4 KiB O_SYNC writes went 6.2 -> 1.9 s with 16 slots over 20 ms, 0.59 -> 0.29 s over
-# 1 ms on the VM's disk; 1 MiB ones 0.27 -> 0.17 s on a tmpfs.)
-NEAR = [*STORM[:-2], "--delay-ms", "0.5"]
-SLOW_SERVER = ["--nfsd-threads", "1", "--export-fs", "slowdisk", "--disk-ms", "5"]
-BIG = ["--ranks", "4", "--write-size", "1048576", "--mode", "osync", "--file-mb", "4", "--delay-ms", "5"]
 
 # name -> (BEFORE's options, AFTER's, the change, whether it must buy little)
 PAIRS = {
@@ -61,11 +53,11 @@ PAIRS = {
                                                 whatif.Change(nconnect=4), True),
     "session slots 4->32": ([*V41, *STORM, "--slots", "4"], [*V41, *STORM, "--slots", "32"],
                             whatif.Change(session_slots=32), False),
-    "one nfsd thread, slow disk, slots 2->16": ([*V3, *NEAR, "--slots", "2", *SLOW_SERVER],
-                                                [*V3, *NEAR, "--slots", "16", *SLOW_SERVER],
+    "one nfsd thread, slow disk, slots 2->16": ([*V3, *SERVER_BOUND, "--slots", "2"],
+                                                [*V3, *SERVER_BOUND, "--slots", "16"],
                                                 whatif.Change(slots=16), True),
-    "20 Mbit/s link, slots 2->16": ([*V3, *BIG, "--slots", "2", "--rate-mbit", "20"],
-                                    [*V3, *BIG, "--slots", "16", "--rate-mbit", "20"], whatif.Change(slots=16), True),
+    "20 Mbit/s link, slots 2->16": ([*V3, *LINK_BOUND, "--slots", "2"], [*V3, *LINK_BOUND, "--slots", "16"],
+                                    whatif.Change(slots=16), True),
     "4 KiB O_SYNC -> buffered": ([*V3, *STORM, "--slots", "2"],
                                  [*V3, *STORM, "--slots", "2", "--mode", "buffered", "--write-size", "1048576"],
                                  whatif.Change(buffered=True), False),

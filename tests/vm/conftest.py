@@ -190,6 +190,9 @@ slots16 = _named("slots16")
 local_copy = _named("local_copy")
 session32 = _named("session32")
 v42_nconnect4 = _named("v42_nconnect4")
+# ... and two pairs of their own, where more slots must buy little: a link-bound and a server-bound save
+link_bound, link_bound16 = _named("link_bound"), _named("link_bound16")
+server_bound, server_bound16 = _named("server_bound"), _named("server_bound16")
 # Real checkpoint libraries (test_clients.py), by default on 6.1 only: what they add to the probe
 # scenarios above is the libraries' file calls, the same on every kernel, and a job costs 2-3 min
 # of VM a kernel (SLOTSCOPE_VM_CLIENT_KERNELS=6.1,6.12 runs them on both).

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from slotscope.analyzer.whatif import SERVER
+
 pytestmark = pytest.mark.vm
 # BEFORE on the kernel its AFTERs run on (conftest.py runs the pairs' AFTERs on 6.1 only)
 BEFORE_61 = pytest.mark.parametrize("saturated", ["6.1"], indirect=True)
@@ -54,6 +56,25 @@ def test_nconnect_under_a_shared_session_table_buys_little(saturated_v42, v42_nc
     assert p["little_gain"], p
     assert p["actual_s"] > 0.8 * p["measured_s"], p
     assert p["range"][0] <= p["actual_s"] <= p["range"][1], p
+
+
+def buys_little(p):
+    """The model names a limit that more slots leave where it was, and the save bears it out."""
+    assert p["little_gain"] and p["limit"].startswith(SERVER), p
+    assert p["actual_s"] > 0.85 * p["measured_s"], p
+    assert p["range"][0] <= p["actual_s"] <= p["range"][1], p
+
+
+def test_more_slots_buy_little_from_a_one_thread_server(server_bound, server_bound16):
+    """One nfsd thread syncing each 4 KiB WRITE to a slow disk: its time per WRITE doubles with
+    2 in flight (seen against rank 0's last writes, alone), so 16 slots only lengthen its queue."""
+    buys_little(prediction(server_bound, server_bound16, "slots=16"))
+
+
+def test_more_slots_buy_little_over_a_slow_link(link_bound, link_bound16):
+    """A link held to 20 Mbit/s below the NIC's speed: each WRITE's time grows with those sharing
+    the link (the capture cannot tell a slower hop from the server, and says so)."""
+    buys_little(prediction(link_bound, link_bound16, "slots=16"))
 
 
 @BEFORE_61

@@ -19,7 +19,21 @@ CLIENTS = ("--ranks", "4", "--state-mb", "2", "--save-every", "12", "--client", 
            "--client", "dcp-async", "--client", "safetensors")
 
 # 8 ranks of 4 KiB O_SYNC writes over a 20 ms round trip: the saturating storm.
-STORM = ("--delay-ms", "10", "--ranks", "8", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25")
+SMALL_SYNC = ("--ranks", "8", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.25")
+STORM = ("--delay-ms", "10", *SMALL_SYNC)
+# The what-if pairs whose change must buy little (issue 23), with 2 slots before, 16 after:
+# the small writes with the server next door (1 ms round trip), whose one thread syncs each
+# WRITE to an export whose every I/O takes 5 ms: the server is the limit. Rank 0 saves twice
+# what the others do: its last 64 writes go alone, and the capture sees the server's time
+# with 1 in flight as well as 2 (with the slots always full, 9 of 512 sendings saw 1, each
+# beside a metadata call the one thread serves too, and the model fitted half the server's
+# growth). A fast export never bound one thread: 4 KiB O_SYNC writes went 6.2 -> 1.9 s with
+# 16 slots over 20 ms, 1 MiB ones 0.27 -> 0.17 s over 1 ms on a tmpfs.
+SERVER_BOUND = ("--delay-ms", "0.5", *SMALL_SYNC, "--nfsd-threads", "1", "--export-fs", "slowdisk",
+                "--disk-ms", "5", "--rank-override", "0:file-mb=0.5")
+# 4 ranks of 1 MiB O_SYNC writes over a link held to 20 Mbit/s: the link is the limit.
+LINK_BOUND = ("--ranks", "4", "--write-size", "1048576", "--mode", "osync", "--file-mb", "4", "--delay-ms", "5",
+              "--rate-mbit", "20")
 
 NAMED = {
     # fsync'ed 64 KiB writes (WRITE + COMMIT), one rank of 4 KiB O_SYNC writes, plus the
@@ -75,6 +89,11 @@ NAMED = {
     "session32": ["--nfs-vers", "4.2", "--slots", "32", *STORM, *INSTRUCTION_CLOCK],
     # ... and nconnect 4 instead: the session's table is shared by the connections, so it buys little
     "v42_nconnect4": ["--nfs-vers", "4.2", "--slots", "4", "--nconnect", "4", *STORM, *INSTRUCTION_CLOCK],
+    # the link-bound pair, and the server-bound one (its slow export makes a boot of its own)
+    "link_bound": ["--nfs-vers", "3", "--slots", "2", *LINK_BOUND, *INSTRUCTION_CLOCK],
+    "link_bound16": ["--nfs-vers", "3", "--slots", "16", *LINK_BOUND, *INSTRUCTION_CLOCK],
+    "server_bound": ["--nfs-vers", "3", "--slots", "2", *INSTRUCTION_CLOCK, *SERVER_BOUND],
+    "server_bound16": ["--nfs-vers", "3", "--slots", "16", *INSTRUCTION_CLOCK, *SERVER_BOUND],
     # The real clients on a healthy mount: no slot limit, 10 ms round trip.
     "clients_healthy": ["--nfs-vers", "3", "--delay-ms", "5", *CLIENTS],
     # ... and on a saturating one: 2 slots of 32 KiB WRITEs per 20 ms round trip, a ceiling of
