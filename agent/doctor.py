@@ -3,12 +3,40 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from . import kernel
-from .probes import GROUPS, Filters, ebpf_text, load_falling_back, runnable_groups
+from .probes import GROUPS, Filters, ProbeGroup, ebpf_text, load_falling_back, runnable_groups
 
 
 GROUP = "probe group "
+UNPLANNED = "attach points"      # the row of points attached that no group expected
+
+
+@dataclass(frozen=True)
+class Attached:
+    """A loaded group's plan on this kernel against what BCC attached."""
+    expected: dict[str, str]     # attach point -> what a recording loses without it
+    attached: frozenset[str]     # every point the program attached to, of any group
+
+    def missing(self) -> list[str]:
+        return [point for point in self.expected if point not in self.attached]
+
+    def summary(self) -> str:
+        return f"attached {len(self.expected) - len(self.missing())} of {len(self.expected)} expected points"
+
+    def details(self) -> list[str]:
+        return [f"not attached: {point} (lost: {self.expected[point]})" for point in self.missing()]
+
+
+def compare(groups: list[ProbeGroup], attached: set[str]) -> tuple[dict[str, Attached], list[str]]:
+    """Each group's expected attach points, loaded together, against `attached`. -> (by group
+    name, the points attached that no group expected)."""
+    together = {g.name for g in groups}
+    plans = {g.name: Attached(g.attach_points(together), frozenset(attached)) for g in groups}
+    planned = {point for plan in plans.values() for point in plan.expected}
+    return plans, sorted(attached - planned)
 
 
 def checks() -> list[tuple[str, str | None, str]]:
@@ -40,16 +68,43 @@ def checks() -> list[tuple[str, str | None, str]]:
     return out
 
 
-def load_check(results: list[tuple[str, str | None, str]]) -> list[tuple[str, str | None, str]]:
+def load_check(results: list[tuple[str, str | None, str]]
+               ) -> tuple[list[tuple[str, str | None, str]], dict[str, Attached], list[str]]:
     """The groups that can run, compiled and loaded as `record` would (falling back as it does),
     then unloaded: whether BCC compiles against this kernel only a compile tells (a kernel newer
-    than BCC broke the kprobe groups while they compiled its headers). -> results with each
-    group that failed to load given its reason."""
+    than BCC broke the kprobe groups while they compiled its headers), and what attaches only an
+    attach. -> (results with each group that failed to load given its reason, the loaded
+    groups' plans against what attached, the points attached that no group expected)."""
     groups, skipped = runnable_groups()
+    plans, unplanned = {}, []
     if groups:
-        load_falling_back(groups, Filters(), skipped, lambda _: None)[0].close()
-    return [(name, skipped.get(name.removeprefix(GROUP), reason) if name.startswith(GROUP) else reason, what)
+        loaded, groups = load_falling_back(groups, Filters(), skipped, lambda _: None)
+        try:
+            plans, unplanned = compare(groups, loaded.attached())
+        finally:
+            loaded.close()
+    results = [(name, skipped.get(name.removeprefix(GROUP), reason) if name.startswith(GROUP) else reason, what)
+               for name, reason, what in results]
+    return results, plans, unplanned
+
+
+def report(results: list[tuple[str, str | None, str]], plans: dict[str, Attached] | None = None,
+           unplanned: Sequence[str] = ()) -> list[str]:
+    """A line per check; a loaded group's line ends with what attached of what it expected, and
+    the points that did not attach follow it, one a line."""
+    plans = plans or {}
+    rows = [(name, reason, what, plans.get(name.removeprefix(GROUP)) if name.startswith(GROUP) else None)
             for name, reason, what in results]
+    if unplanned:
+        rows.append((UNPLANNED, None, f"attached, but expected by no group: {', '.join(unplanned)}", None))
+    width = max(len(name) for name, *_ in rows)
+    lines = []
+    for name, reason, what, plan in rows:
+        state = "NO " if reason else "!! " if (plan and plan.missing()) or name == UNPLANNED else "ok "
+        said = reason or (f"{what}; {plan.summary()}" if plan else what)
+        lines.append(f"{state} {name:<{width}}  {said}")
+        lines += [f"{'':{width + 6}}{detail}" for detail in (plan.details() if plan and not reason else [])]
+    return lines
 
 
 def run_doctor(ebpf: bool = False, load: bool = False) -> int:
@@ -61,13 +116,10 @@ def run_doctor(ebpf: bool = False, load: bool = False) -> int:
             return 1
         print(ebpf_text(groups, Filters(), skipped), end="")
         return 0
-    results = checks()
+    results, plans, unplanned = checks(), {}, []
     if load and not any(reason for name, reason, _ in results if name in ("root", "bcc")):
-        results = load_check(results)
-    width = max(len(name) for name, _, _ in results)
-    for name, reason, what in results:
-        state = "ok " if reason is None else "NO "
-        print(f"{state} {name:<{width}}  {what if reason is None else reason}")
+        results, plans, unplanned = load_check(results)
+    print("\n".join(report(results, plans, unplanned)))
     reasons = {name: reason for name, reason, _ in results}
     syscalls_ok = reasons["probe group syscalls"] is None
     print()

@@ -32,6 +32,7 @@ from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_tabl
 PAGE = os.sysconf("SC_PAGE_SIZE")
 BPF_ANY, BPF_NOEXIST = 0, 1
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
+KPROBE = "kprobe:"    # an attach point that is a kprobe, before its function (a tracepoint's is its category)
 # When to drain. Each drain has a fixed cost, ~0.3 ms idle and ~2 ms with every NFS
 # table to build (30x that under emulation), that at 50 drains a second was most of the
 # agent's CPU; so the rings are drained every DRAIN_EVERY s, sooner when the kernel asks
@@ -161,9 +162,18 @@ class ProbeGroup:
     # first name), which some kernels call by one of the other names. Found at run time in the
     # format file, as BCC's tools look before they attach.
     field_variants: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    # What a recording loses without one of the group's attach points (by event or function
+    # name), where that is less than the group's whole view (its description).
+    gives: dict[str, str] = {}
 
     def can_run(self) -> str | None:
         raise NotImplementedError
+
+    def attach_points(self, together: set[str]) -> dict[str, str]:
+        """The plan `doctor --load` checks against what attached: the points the group's program
+        attaches to on this kernel, loaded with the groups named `together` (tracepoints as
+        category:event, kprobes as kprobe:function) -> what a recording loses without each."""
+        return {f"{cat}:{ev}": self.gives.get(ev, self.description) for cat, ev in self.tracepoints()}
 
     def tracepoints(self) -> list[tuple[str, str]]:
         return [*self.required, *(tp for tp in self.optional_tracepoints if kernel.tracepoint_exists(*tp))]
@@ -215,6 +225,15 @@ class SyscallProbes(ProbeGroup):
     streams = (Stream("syscall", ("sys_ring", *SYS_REFERS_TO),
                       lambda d, sys, paths, procs, envs: d.decoder.feed(
                           sys, paths, procs, envs, caught_up=d.loaded.syscalls_caught_up), each_drain=True),)
+    # The process lifecycle and the environments of execs; each traced syscall's own pair of
+    # tracepoints is added where this kernel has both (available_syscalls).
+    required = [("task", "task_newtask"), ("sched", "sched_process_exec"), ("sched", "sched_process_exit"),
+                ("syscalls", "sys_enter_execve"), ("syscalls", "sys_enter_execveat")]
+    gives = {"task_newtask": "forks: whose child a process is (the rank it inherits; --pid's descendants)",
+             "sched_process_exec": "execs: a program's command line and rank, read as it starts",
+             "sched_process_exit": "exits: when a process ends (then its open files and rank are forgotten)",
+             "sys_enter_execve": "the rank variables of programs started with execve()",
+             "sys_enter_execveat": "the rank variables of programs started with execveat()"}
 
     def available_syscalls(self) -> list[str]:
         return [op for op in OPS
@@ -227,8 +246,11 @@ class SyscallProbes(ProbeGroup):
             return reason
         if not kernel.tracepoint_exists("syscalls", "sys_enter_write"):
             return "no syscalls:sys_enter_write tracepoint (kernel built without CONFIG_FTRACE_SYSCALLS)"
-        return _missing_tracepoints([("task", "task_newtask"), ("sched", "sched_process_exec"),
-                                     ("sched", "sched_process_exit")])
+        return _missing_tracepoints(self.required)
+
+    def attach_points(self, together: set[str]) -> dict[str, str]:
+        return super().attach_points(together) | {f"syscalls:sys_{side}_{op}": f"{op}() calls"
+                                                  for op in self.available_syscalls() for side in ("enter", "exit")}
 
     def cflags(self, filters: Filters) -> list[str]:
         flags = super().cflags(filters) + [f"-DAGENT_TGID={os.getpid()}", "-DSYSCALLS_GROUP"]
@@ -270,6 +292,8 @@ class SunrpcProbes(ProbeGroup):
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]
     optional_tracepoints = (("sunrpc", "xprt_retransmit"), ("sunrpc", "rpc_timeout_status"))
+    gives = {"xprt_retransmit": "each RPC's retransmissions", "rpc_timeout_status": "each RPC's timeouts",
+             "rpc_task_run_action": "when each RPC began to wait for a slot and to transmit"}
 
     def can_run(self) -> str | None:
         return (common_reason() or module_reason("sunrpc", "sunrpc") or _missing_tracepoints(self.required)
@@ -291,9 +315,12 @@ class NfsProbes(ProbeGroup):
     streams = (Stream("nfs_io", ("nfs_ring",), lambda d, ev: nfs_table(ev)),)
     required = [("nfs", ev) for ev in ("nfs_initiate_write", "nfs_writeback_done",
                                        "nfs_initiate_commit", "nfs_commit_done")]
+    # The NFS client's entry points whose time inside a traced syscall is added to its record
+    # (bpf/nfs.c): each one's _enter and _exit, compiled only with the syscalls group.
+    calls = {"nfs_fsync": "fsync", "nfs_writeback_inode": "the flush of close()", "nfs_getattr": "getattr"}
     optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"),
-                            ("nfs", "nfs_fsync_enter"), ("nfs", "nfs_writeback_inode_enter"),
-                            ("nfs", "nfs_getattr_enter"))
+                            *(("nfs", f"{call}_enter") for call in calls))
+    gives = {"nfs_initiate_read": "READ offsets and sizes", "nfs_readpage_done": "READ completions and status"}
     # The RPC status of a completion: `status` up to 5.10, `error` from 5.11.
     field_variants = tuple(("nfs", ev, ("error", "status"))
                            for ev in ("nfs_writeback_done", "nfs_commit_done", "nfs_readpage_done"))
@@ -301,6 +328,14 @@ class NfsProbes(ProbeGroup):
     def can_run(self) -> str | None:
         return (common_reason() or module_reason("nfs", "nfs") or _missing_tracepoints(self.required)
                 or self.missing_fields())
+
+    def attach_points(self, together: set[str]) -> dict[str, str]:
+        points = super().attach_points(together)
+        for call, what in self.calls.items():
+            if points.pop(f"nfs:{call}_enter", None) is not None and "syscalls" in together:
+                points |= {f"nfs:{call}_{side}": f"the time a syscall spent in NFS's {what}"
+                           for side in ("enter", "exit")}
+        return points
 
 
 def member_macro(struct: str, path: str) -> str:
@@ -360,6 +395,9 @@ class KprobeGroup(ProbeGroup):
                          f"struct members placed by the kernel's headers, compiled with the group")
         return notes + [f"struct {struct} has no `{member}`: {without}"
                         for struct, member, without, has in self._optional() if not has]
+
+    def attach_points(self, together: set[str]) -> dict[str, str]:
+        return super().attach_points(together) | {f"{KPROBE}{fn}": self.loses for fn in self.functions}
 
     def can_run(self) -> str | None:
         reason = common_reason() or module_reason(self.module, self.module)
@@ -562,6 +600,12 @@ class Loaded:
         self._stats_was = _read_sysctl(BPF_STATS)
         if self._stats_was is not None and not _write_sysctl(BPF_STATS, "1"):
             self._stats_was = None
+
+    def attached(self) -> set[str]:
+        """The points BCC attached the program to, named as attach_points names them. BCC keeps a
+        kprobe under its event name, p_<function>."""
+        return ({tp.decode() for tp in self.bpf.tracepoint_fds}
+                | {KPROBE + ev.decode().removeprefix("p_") for ev in self.bpf.kprobe_fds})
 
     def read_batch(self) -> dict[str, np.ndarray]:
         """Every ring's new events. The syscall ring's position is taken first: paths

@@ -462,7 +462,9 @@ def parser() -> argparse.ArgumentParser:
                                                        "run here (with its -D flags as #defines), and exit")
     d.add_argument("--load", action="store_true", help="also compile and load the probe groups that can run, as "
                                                        "record would, then unload them: only a compile tells whether "
-                                                       "BCC and this kernel's headers agree (as long as record's start)")
+                                                       "BCC and this kernel's headers agree (as long as record's "
+                                                       "start); per group, the attach points expected here against "
+                                                       "those that attached")
     d.set_defaults(func=_doctor)
 
     r = sub.add_parser("record", help="trace and write a capture (root; without it, sampled from /proc)",
