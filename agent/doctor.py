@@ -4,39 +4,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from . import kernel
-from .probes import GROUPS, Filters, ProbeGroup, ebpf_text, load_falling_back, runnable_groups
+from .attach_plan import Attached, compare
+from .probes import GROUPS, Filters, ebpf_text, load_falling_back, runnable_groups
 
 
 GROUP = "probe group "
 UNPLANNED = "attach points"      # the row of points attached that no group expected
-
-
-@dataclass(frozen=True)
-class Attached:
-    """A loaded group's plan on this kernel against what BCC attached."""
-    expected: dict[str, str]     # attach point -> what a recording loses without it
-    attached: frozenset[str]     # every point the program attached to, of any group
-
-    def missing(self) -> list[str]:
-        return [point for point in self.expected if point not in self.attached]
-
-    def summary(self) -> str:
-        return f"attached {len(self.expected) - len(self.missing())} of {len(self.expected)} expected points"
-
-    def details(self) -> list[str]:
-        return [f"not attached: {point} (lost: {self.expected[point]})" for point in self.missing()]
-
-
-def compare(groups: list[ProbeGroup], attached: set[str]) -> tuple[dict[str, Attached], list[str]]:
-    """Each group's expected attach points, loaded together, against `attached`. -> (by group
-    name, the points attached that no group expected)."""
-    together = {g.name for g in groups}
-    plans = {g.name: Attached(g.attach_points(together), frozenset(attached)) for g in groups}
-    planned = {point for plan in plans.values() for point in plan.expected}
-    return plans, sorted(attached - planned)
 
 
 def checks() -> list[tuple[str, str | None, str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from .attach_plan import compare
 from .decode import Decoder
 from .files import FileRegistry, mount_tables, traced_devs
 from .layouts import LOSS_COUNTERS, warm_up
@@ -66,13 +67,20 @@ class Recorder(Recording):
         self.fell_back = {g.name: g.fallbacks() for g in groups if g.fallbacks()}
         for name, notes in self.fell_back.items():
             self._say(f"probe group {name} fell back: {'; '.join(notes)}", always=True)
+        # What each group expected to attach on this kernel against what did (doctor --load's check).
+        plans, unplanned = compare(groups, self.loaded.attached())
+        self.attach_plan = {"groups": {name: plan.as_json() for name, plan in plans.items()}, "unplanned": unplanned}
+        for name, plan in plans.items():
+            if plan.missing():
+                self._say(f"probe group {name}: {plan.summary()}; {'; '.join(plan.details())}", always=True)
         self.streams = [stream for g in groups for stream in g.streams]
 
     def _wake_on(self, fd: int) -> None:
         self.loaded.wake_on(fd)
 
     def _probes_meta(self) -> dict:
-        return {"attached": dict(self.attached), "skipped": dict(self.skipped), "fell_back": dict(self.fell_back)}
+        return {"attached": dict(self.attached), "skipped": dict(self.skipped), "fell_back": dict(self.fell_back),
+                "attach_plan": self.attach_plan}
 
     def _capture_started(self) -> None:
         """The files and processes learnt afresh (from /proc for those already running)."""

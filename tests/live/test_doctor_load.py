@@ -4,7 +4,8 @@ and a group whose plan expects a point its program lacks is caught, by a real lo
 import pytest
 
 from livehelp import slotscope
-from slotscope.agent.doctor import checks, compare, load_check, report
+from slotscope.agent.attach_plan import compare
+from slotscope.agent.doctor import checks, load_check, report
 from slotscope.agent.probes import Filters, SyscallProbes, load
 
 pytestmark = [pytest.mark.live, pytest.mark.usefixtures("bpf_ready")]

@@ -4,7 +4,8 @@ what a recording loses without them. On the syscall group's plan for this machin
 import pytest
 
 from slotscope.agent import kernel
-from slotscope.agent.doctor import GROUP, compare, report
+from slotscope.agent.attach_plan import compare
+from slotscope.agent.doctor import GROUP, report
 from slotscope.agent.probes import NfsProbes, SyscallProbes
 
 pytestmark = pytest.mark.unit

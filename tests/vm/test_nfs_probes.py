@@ -42,6 +42,18 @@ def test_per_procedure_totals_match_mountstats(mixed):
     assert io["kind"] in ("write_start", "write_done", "commit_start", "commit_done")
 
 
+def test_every_group_attached_what_it_expected(mixed):
+    """On each kernel, every probe group loads, and each attached every point its plan chose
+    there (after its run-time fallbacks): the tracepoints, the traced syscalls' pairs and the
+    kprobes, by name, as BCC reports them; and nothing attached that no group planned."""
+    probes = json.loads((mixed / "capture" / "meta.json").read_text())["probes"]
+    plan = probes["attach_plan"]
+    assert set(plan["groups"]) == {"syscalls", "sunrpc", "nfs", "nfs_owner", "xprt"}, probes["skipped"]
+    for name, group in plan["groups"].items():
+        assert group["missing"] == {} and group["attached"] == group["expected"] > 0, (name, group)
+    assert plan["unplanned"] == [], plan
+
+
 def test_totals_match_mountstats_after_a_reset(nconnect):
     """The same agreement on a scenario that shares its boot with earlier ones (the agent's
     third capture, the third mount): the reset between scenarios leaves nothing behind."""
