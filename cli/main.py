@@ -3,6 +3,7 @@ dump work without bcc, and nothing here imports textual unless the TUI runs."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
@@ -637,6 +638,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A fatal signal (a SIGSEGV in a C extension: one killed the agent on 7.3 with no trace) prints
+    # each thread's Python stack to stderr, which the agent's log keeps.
+    faulthandler.enable()
     args = parser().parse_args(argv)
     try:
         return args.func(args)
