@@ -91,6 +91,7 @@ class Transport:
     flight_seen: tuple[int, int]    # fewest and most in flight seen at a WRITE's transmission
     overhead: float                 # slot hold beyond the round trip
     commit_s: float                 # mean COMMIT round trip (a WRITE's when none was sent)
+    commits: int                    # COMMITs sent
     ranks: list[dict] = field(default_factory=list)    # rank, offset_s, save_s, nfs_s, outside_s, writes, bytes
 
     @property
@@ -164,8 +165,8 @@ def _transport(ctx, tr: dict, writes, savers: list[dict], t0: int) -> Transport:
     held = (done["ts_end"].to_numpy() - reserved)[reserved > 0] / S
     overhead = max(0.0, float(held.mean() - rtt[reserved > 0].mean())) if held.size else 0.0
     commits = ctx.rpcs_to(tr["host"], tr["server"], "COMMIT")
-    commit = (pc.mean(commits["rtt_ns"]).as_py() / S if commits is not None and commits.num_rows
-              else float(rtt.mean()))
+    committed = commits.num_rows if commits is not None else 0
+    commit = pc.mean(commits["rtt_ns"]).as_py() / S if committed else float(rtt.mean())
     stable = done["io_stable"].to_numpy()
     first = pc.min(done["ts_reserved"]).as_py() or pc.min(done["ts_begin"]).as_py()
     transport = Transport(
@@ -174,7 +175,8 @@ def _transport(ctx, tr: dict, writes, savers: list[dict], t0: int) -> Transport:
         seen_Bps=link["peak_bps"] / 8 if link.get("peak_bps") else None,
         write_bytes=float(count.mean()), sync=bool((stable > 0).mean() >= 0.5), bytes=int(count.sum()),
         sending_s=max((pc.max(done["ts_end"]).as_py() - first) / S, 1e-9), server_a=a, server_b=b,
-        server_b_se=se, flight_seen=(int(flight.min()), int(flight.max())), overhead=overhead, commit_s=commit)
+        server_b_se=se, flight_seen=(int(flight.min()), int(flight.max())), overhead=overhead, commit_s=commit,
+        commits=committed)
     waits = _waits(every)
     for r in savers:
         nfs = sum(s["total_ns"] for k, s in r["syscalls"].items() if k in WRITE_SYSCALLS + FLUSH_SYSCALLS) / S
@@ -455,7 +457,7 @@ def inputs_json(tr: Transport) -> dict:
             "write_bytes": tr.bytes, "sending_s": _r(tr.sending_s),
             "server_ms_at": {"fit_a_ms": round(tr.server_a * 1e3, 3), "fit_b_ms_per_rpc": round(tr.server_b * 1e3, 4),
                              "in_flight_seen": list(tr.flight_seen)},
-            "overhead_ms": round(tr.overhead * 1e3, 3), "commit_ms": round(tr.commit_s * 1e3, 3),
+            "overhead_ms": round(tr.overhead * 1e3, 3), "commit_ms": round(tr.commit_s * 1e3, 3), "commits": tr.commits,
             "ranks": len(tr.ranks)}
 
 
@@ -473,5 +475,7 @@ def inputs_lines(tr: Transport) -> list[str]:
     return [f"{tr.host} -> {tr.server}: {limit}; {link}",
             f"  {len(tr.ranks)} ranks, {size(tr.bytes)} in WRITEs of {size(tr.write_bytes)} mean "
             f"({'synchronous' if tr.sync else 'unstable, flushed'}), {byte_rate(tr.bytes / tr.sending_s)} while sending",
-            f"  {server}; slot hold overhead {number(tr.overhead * 1e3, 'ms')}; COMMIT {number(tr.commit_s * 1e3, 'ms')}"]
+            f"  {server}; slot hold overhead {number(tr.overhead * 1e3, 'ms')}; "
+            + (f"COMMIT {number(tr.commit_s * 1e3, 'ms')}" if tr.commits else
+               f"no COMMIT sent (one would take a WRITE's round trip, {number(tr.commit_s * 1e3, 'ms')})")]
 
