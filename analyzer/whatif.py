@@ -45,7 +45,7 @@ MODEL = "littles_law"
 SERVER = "server (or a path slower than the NIC): its time per RPC grows with the RPCs in flight"
 PREDICTED = ("slot_saturation", "small_sync_writes")      # the findings whose fixes the model predicts
 NO_CHANGE = "no change"
-METADATA_QUEUE = "the metadata calls' wait for each other"     # a range's input (_ranks: kept)
+METADATA_QUEUE = "metadata calls' wait for each other"     # a range's input (_ranks: kept)
 
 
 @dataclass(frozen=True)
