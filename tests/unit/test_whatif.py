@@ -175,3 +175,16 @@ def test_compare_finds_the_change_in_the_capture_when_meta_has_none(tmp_path):
     p = doc["prediction"]
     assert p["change"] == "buffered writes" and p["within_range"]
     assert doc["checklist"][0]["answer"] == "yes"       # the flush still fills the four slots
+
+
+def test_the_servers_slope_is_fitted_through_each_levels_median():
+    """A queue of 210 ms a WRITE (512 KiB at 20 Mbit/s): alone 210 ms, behind a whole one 420,
+    behind half of one 315. A third of the WRITEs at 2 in flight were sent behind half of one:
+    the slope through the medians is the queue's 210 ms, the least-squares one 35 ms less."""
+    import numpy as np
+    x = np.array([1.0] * 10 + [2.0] * 30)
+    y = np.array([0.210] * 10 + [0.420] * 20 + [0.315] * 10)
+    a, b, se = whatif._fit(x, y)
+    assert b == pytest.approx(0.210) and a == pytest.approx(0.0, abs=1e-9)
+    assert np.polyfit(x, y, 1)[0] == pytest.approx(0.175)
+    assert 0 < se < 0.05
