@@ -64,25 +64,16 @@ def test_totals_match_mountstats_after_a_reset(nconnect):
 
 def match_mountstats(out):
     """Assert the agreement above on one scenario; -> the procedures it saw."""
-    before = mountstats.parse((out / "mountstats.before").read_text())
-    after = mountstats.parse((out / "mountstats.after").read_text())
-    want = {name: {k: v - before["ops"].get(name, {}).get(k, 0) for k, v in c.items()}
-            for name, c in after["ops"].items()}
-    got = per_proc(rpc_rows(out))
-    active = {name: w for name, w in want.items() if w["ops"] > 0}
-    for name, w in active.items():
-        g = got.get(name)
-        assert g is not None, f"{name}: {w['ops']} ops in mountstats, none in the capture"
-        assert g["attempts_sum"] == w["ops"], name
-        for ours, theirs in (("backlog_us_sum", "queue_ms"), ("rtt_us_sum", "rtt_ms"),
-                             ("execute_us_sum", "execute_ms")):
-            ms = g[ours] / 1000
-            assert abs(ms - w[theirs]) <= max(0.01 * w[theirs], 1 + w["ops"] / 1000), (name, ours, ms, w[theirs])
-    rpc = rpc_rows(out)
-    sent = pc.sum(rpc.filter(pc.and_(pc.equal(rpc["procname"], "WRITE"), pc.equal(rpc["complete"], 1)))["io_count"])
-    server_written = after["bytes"]["server_write"] - before["bytes"]["server_write"]
-    assert server_written > 0 and abs(sent.as_py() - server_written) <= 0.01 * server_written
-    return set(active)
+    fid = mountstats.fidelity(out)
+    for name, p in fid["procs"].items():
+        ours, theirs = p["ops"]
+        assert ours is not None, f"{name}: {theirs} ops in mountstats, none in the capture"
+        assert ours == theirs, name
+        for key, (ours, theirs) in p.items():
+            assert abs(ours - theirs) <= max(0.01 * theirs, 1 + p["ops"][1] / 1000), (name, key, ours, theirs)
+    sent, server_written = fid["write_bytes"]
+    assert server_written > 0 and abs(sent - server_written) <= 0.01 * server_written
+    return set(fid["procs"])
 
 
 def test_saturated_slot_table_shows_in_the_rpc_rows(saturated):

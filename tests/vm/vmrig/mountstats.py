@@ -47,3 +47,38 @@ def describe(op):
             f"bytes_sent={op['bytes_sent']} backlog(queue)={op['queue_ms']} ms "
             f"(avg {op['queue_ms'] / n:.1f}) rtt={op['rtt_ms']} ms (avg {op['rtt_ms'] / n:.1f}) "
             f"execute={op['execute_ms']} ms (avg {op['execute_ms'] / n:.1f})")
+
+
+# the capture's per-RPC sums (rpc table, µs) against mountstats' per-op ones (ms)
+SUMS = (("backlog_us", "queue_ms"), ("rtt_us", "rtt_ms"), ("execute_us", "execute_ms"))
+
+
+def fidelity(out):
+    """The capture of scenario results `out` against the mountstats delta over it: per procedure
+    mountstats counted, {"ops": (ours, theirs), "queue_ms": ..., "rtt_ms": ..., "execute_ms": ...}
+    (ours None where the capture has none of it), and the bytes WRITEs carried, (ours, theirs)."""
+    import pyarrow.compute as pc
+
+    from slotscope.capture.reader import Capture
+    before = parse((out / "mountstats.before").read_text())
+    after = parse((out / "mountstats.after").read_text())
+    want = {name: w for name, w in delta(before, after)["ops"].items() if w["ops"] > 0}
+    rpc = Capture.open(str(out / "capture")).read("rpc")
+    done = rpc.filter(pc.equal(rpc["complete"], 1))
+    g = done.group_by("procname").aggregate([("attempts", "sum"), *((ours, "sum") for ours, _ in SUMS)])
+    got = {r["procname"]: r for r in g.to_pylist()}
+    procs = {}
+    for name, w in want.items():
+        mine = got.get(name)
+        procs[name] = {"ops": (mine and mine["attempts_sum"], w["ops"]),
+                       **{theirs: (mine and mine[f"{ours}_sum"] / 1000, w[theirs]) for ours, theirs in SUMS}}
+    sent = pc.sum(done.filter(pc.equal(done["procname"], "WRITE"))["io_count"]).as_py() or 0
+    return {"procs": procs, "write_bytes": (sent, after["bytes"]["server_write"] - before["bytes"]["server_write"])}
+
+
+def worst_sum_error(fid):
+    """The largest relative difference of a summed time, over procedures (mountstats' ms rounding
+    makes a small sum's error large: those within 1 ms are taken as equal)."""
+    errors = [abs(ours - theirs) / theirs for p in fid["procs"].values() for key, (ours, theirs) in p.items()
+              if key != "ops" and ours is not None and theirs and abs(ours - theirs) > 1]
+    return max(errors, default=0.0)

@@ -7,7 +7,9 @@ them), and frozen, whose server goes away for a while, comes last."""
 
 # Guest time counts emulated instructions (one vCPU, 1 ns each), so a timing a test asserts
 # does not follow the host's speed and load; the export is a tmpfs because host disk I/O is
-# not on that clock (vmrig/vm.py icount_args).
+# not on that clock (vmrig/vm.py icount_args). The probe scenarios each kernel runs (mixed,
+# saturated, saturated_v42, unconstrained, frozen) are all on it, so that a kernel costs one
+# boot (tests/vm/README.md, "The plan"); an idle guest's waits (frozen's 25 s) pass at once.
 # BCC's compile reads thousands of headers from the virtio disk, each wait a jump of the guest's
 # clock: on a loaded host it can take more guest time than the default 240 s.
 INSTRUCTION_CLOCK = ("--icount", "0", "--export-fs", "tmpfs", "--agent-start-timeout", "900")
@@ -39,7 +41,8 @@ NAMED = {
     # fsync'ed 64 KiB writes (WRITE + COMMIT), one rank of 4 KiB O_SYNC writes, plus the
     # LOOKUP/CREATE/ACCESS/GETATTR of creating the files; a 2-slot table makes waits real.
     "mixed": ["--nfs-vers", "3", "--slots", "2", "--delay-ms", "5", "--ranks", "4", "--write-size", "65536",
-              "--mode", "fsync", "--file-mb", "1", "--rank-override", "1:write-size=4096,mode=osync"],
+              "--mode", "fsync", "--file-mb", "1", "--rank-override", "1:write-size=4096,mode=osync",
+              *INSTRUCTION_CLOCK],
     # NFSv3 transport slot table of 4, 8 ranks of 4 KiB O_SYNC writes, 20 ms RTT:
     # WRITEs queue on xprt_backlog.
     # On the instruction clock: slot wait's share is set by the ranks' CPU time between writes
@@ -54,7 +57,7 @@ NAMED = {
     # Healthy: 1 MiB buffered writes, no slot limit; a tiny dirty_background_bytes makes
     # the flusher kworker write back while the ranks are still writing.
     "unconstrained": ["--nfs-vers", "3", "--ranks", "4", "--write-size", "1048576", "--mode", "buffered",
-                      "--file-mb", "4", "--dirty-background-bytes", "65536"],
+                      "--file-mb", "4", "--dirty-background-bytes", "65536", *INSTRUCTION_CLOCK],
     # Many small FILE_SYNC WRITEs (4 KiB O_SYNC, 8 ranks, 10 ms RTT) and no slot limit:
     # the dynamic slot table grows, nothing queues for a slot; each write waits a round
     # trip. Also the workload of bench/overhead.py.
@@ -115,7 +118,7 @@ NAMED = {
     # timeo makes the client log "not responding" (and "OK") within the freeze.
     "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",
                "--delay-ms", "10", "--timeo", "20", "--retrans", "1",
-               "--server-freeze-at", "1", "--server-freeze-for", "25"],
+               "--server-freeze-at", "1", "--server-freeze-for", "25", *INSTRUCTION_CLOCK],
 }
 
 # An ordinary user's agent (issue 22): the agent and ranks as uid 1000; the agent, refused
