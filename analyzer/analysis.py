@@ -231,6 +231,9 @@ def predict_fixes(ctx: Context, findings: list) -> None:
     measured, why = whatif.measure(ctx)
     for f in findings:
         f.fixes = whatif.fixes(f.kind, measured, why)
+        note = whatif.elsewhere(f.fixes)
+        if note:
+            f.fix = f"{note}; {f.fix}"
 
 
 def _fixes_of_slowest(result: dict) -> None:

@@ -451,6 +451,19 @@ def fixes(kind: str, transports: list[Transport], why: str | None) -> list[dict]
     return [p.as_json() for c in changes_for(kind, transports) for p in _job(predict(transports, why, c))]
 
 
+def elsewhere(fixes: list[dict]) -> str | None:
+    """What a finding's fix says first when the model predicts that none of its more slots or
+    connections would help, the server or the link being the limit: the finding names the full
+    slot table (the symptom), the predictions where the time goes."""
+    more = [f for f in fixes if f["status"] == "predicted" and not f["change"].startswith(("buffered", "write size"))]
+    limits = {f["limit"] for f in more}
+    if not more or not all(f["little_gain"] for f in more) or not limits <= {SERVER, "link"}:
+        return None
+    where = "the link" if limits == {"link"} else "the server (its disk, its nfsd threads) or the path to it"
+    return (f"more slots or connections buy little here (predicted below): each RPC's time grows with "
+            f"the RPCs in flight, so {where} is the limit, not the slot table")
+
+
 def _job(preds: list[Prediction]) -> list[Prediction]:
     """The job's prediction: the slowest host's (one per change)."""
     return [max(preds, key=lambda p: p.predicted_s or 0)] if preds else []

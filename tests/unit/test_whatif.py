@@ -117,6 +117,20 @@ def test_each_fix_carries_its_prediction_in_json_text_and_html(tmp_path):
     assert '<li data-change="nconnect=8">nconnect=8: save 5.17 s -&gt; ' in (tmp_path / "r.html").read_text()
 
 
+@pytest.mark.parametrize("before, first", [
+    (SERVER_BOUND, "more slots or connections buy little here (predicted below): each RPC's time grows with the "
+                   "RPCs in flight, so the server (its disk, its nfsd threads) or the path to it is the limit"),
+    ({}, "raise the transport slot table"),
+], ids=["one server thread", "slots the limit"])
+def test_a_full_slot_table_whose_fixes_buy_little_says_where_the_limit_is(tmp_path, before, first):
+    """The finding names the full slot table; where the model predicts that more slots and
+    connections buy little, its fix says first where the time goes."""
+    synth.save(tmp_path / "cap", **{**BASE, **before})
+    result = analyze(Job.open([str(tmp_path / "cap")]), "test")
+    sat = next(f for f in result["findings"] if f["kind"] == "slot_saturation")
+    assert sat["fix"].startswith(first), sat["fix"]
+
+
 def test_a_recording_of_several_saves_predicts_its_slowest(tmp_path):
     synth.save(tmp_path / "one", **BASE)
     synth.save(tmp_path / "two", **{**BASE, "file_bytes": 1 << 20}, mono_start_ns=5_100 * 10**9,
