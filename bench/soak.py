@@ -9,11 +9,13 @@ flight recorder's --keep of 120 s filled), and every --interval seconds after, i
 watch process's RSS (VmRSS; and its children's, the incidents' analyses, if any), its open fds
 (/proc/PID/fd), its threads, and scrapes its metrics endpoint once (the metrics path is soaked
 too: the events, lost events and incidents come from there). At the end it stops watch with
-SIGTERM and checks that it exits 0 within STOP_S.
+SIGTERM and checks that it exits 0 within STOP_S (the time it took to say "stopped", its
+probes detached, is printed apart).
 
 The figures: RSS after the warm-up, its min and max, and the slope of a least-squares line
-over the second half of the samples (the first half holds the allocators settling); the fds
-first, last and most. The verdict: flat if the slope is under --bound MiB an hour and the
+over the second half of the samples (the first half holds the allocators settling); the
+lowest RSS of each sixth of the run (a leak lifts them, a burst of the host's events only
+spikes); the fds first, last and most. The verdict: flat if the slope is under --bound MiB an hour and the
 last sample has as many fds as the first.
 
 slow_save is off: on a host shared with other jobs, one save whose fsync waits three times the
@@ -86,43 +88,48 @@ class Watch:
         with open(self.log) as f:
             return f.read()
 
-    def metrics(self) -> dict[str, float]:
-        """Each sample name's value, summed over its labels."""
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """Each sample name's values by their labels' values ("" for none)."""
         with urllib.request.urlopen(self.url, timeout=10) as r:
             text = r.read().decode()
-        out: dict[str, float] = {}
+        out: dict[str, dict[str, float]] = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                out[s.name] = out.get(s.name, 0.0) + s.value
+                out.setdefault(s.name, {})[",".join(s.labels.values())] = s.value
         return out
 
     def sample(self, t: float) -> dict:
         if self.proc.poll() is not None:
             raise SystemExit(f"watch exited ({self.proc.returncode}) during the soak:\n{self.said()}")
+        kids = _descendants(self.pid)
+        # Before the scrape: its request's thread and socket may outlive it by a moment.
+        out = {"t": t, "rss": status(self.pid, "VmRSS"), "children": len(kids),
+               "children_rss": sum(_rss(k) for k in kids), "fds": len(os.listdir(f"/proc/{self.pid}/fd")),
+               "threads": status(self.pid, "Threads"), "cpu_s": cpu_seconds(self.pid)}
         scrape = time.monotonic()
         m = self.metrics()
-        scrape = time.monotonic() - scrape
-        kids = _descendants(self.pid)
-        return {"t": t, "rss": status(self.pid, "VmRSS"), "children": len(kids),
-                "children_rss": sum(_rss(k) for k in kids), "fds": len(os.listdir(f"/proc/{self.pid}/fd")),
-                "threads": status(self.pid, "Threads"), "scrape_ms": scrape * 1e3,
-                "events": m.get("slotscope_events_total", 0.0), "lost": m.get("slotscope_lost_events_total", 0.0),
-                "incidents": m.get("slotscope_incidents_total", 0.0), "cpu_s": cpu_seconds(self.pid)}
+        out["scrape_ms"] = (time.monotonic() - scrape) * 1e3
+        out["lost_by"] = m.get("slotscope_lost_events_total", {})        # by counter
+        out["incidents_by"] = m.get("slotscope_incidents_total", {})     # by trigger
+        out["events"] = sum(m.get("slotscope_events_total", {}).values())
+        out["lost"], out["incidents"] = sum(out["lost_by"].values()), sum(out["incidents_by"].values())
+        return out
 
-    def stop(self) -> tuple[int | None, float]:
-        """SIGTERM; (its exit status, or None if still running after STOP_S, and the seconds it took)."""
+    def stop(self) -> dict:
+        """SIGTERM, then its exit status (None: killed after a minute) and the seconds until it
+        said it stopped (the probes detached, the last line of its log) and until it exited."""
         start = time.monotonic()
+        said = None
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            rc = None
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return rc, time.monotonic() - start
+        while self.proc.poll() is None and time.monotonic() < start + 60:
+            if said is None and "stopped (" in self.said():
+                said = time.monotonic() - start
+            time.sleep(0.1)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+            return {"rc": None, "said_s": said, "exit_s": None}
+        return {"rc": self.proc.returncode, "said_s": said, "exit_s": time.monotonic() - start}
 
 
 def _descendants(pid: int) -> list[int]:
@@ -164,6 +171,16 @@ def slope_per_hour(samples: list[dict]) -> float:
     return float(np.polyfit(t, np.array([s["rss"] for s in half]) / MiB, 1)[0])
 
 
+def floors(samples: list[dict], parts: int = 6) -> list[float]:
+    """The lowest RSS (MiB) of each part of the run: a leak lifts them, a burst's transient does not."""
+    span = (samples[-1]["t"] - samples[0]["t"]) / parts or 1.0
+    low = [float("inf")] * parts
+    for s in samples:
+        i = min(parts - 1, int((s["t"] - samples[0]["t"]) / span))
+        low[i] = min(low[i], s["rss"] / MiB)
+    return low
+
+
 def soak(args, work: str) -> dict:
     traced = os.path.join(work, "data")
     os.mkdir(traced)
@@ -194,23 +211,23 @@ def soak(args, work: str) -> dict:
             time.sleep(max(0.0, min(next_save, next_sample, end) - time.monotonic()))
         producers = resource.getrusage(resource.RUSAGE_CHILDREN)     # watch is not reaped yet: the ranks'
     finally:
-        rc, stop_s = watch.stop()
+        stop = watch.stop()
     elapsed = samples[-1]["t"]
     first, last = samples[0], samples[-1]
     return {
         "minutes": elapsed / 60, "saves": saves, "calls": calls,
-        "events": last["events"], "lost": last["lost"], "incidents": last["incidents"],
+        "events": last["events"], "lost": last["lost_by"], "incidents": last["incidents_by"],
         "rss_start": first["rss"] / MiB, "rss_end": last["rss"] / MiB,
         "rss_min": min(s["rss"] for s in samples) / MiB, "rss_max": max(s["rss"] for s in samples) / MiB,
         "children_rss_max": max(s["children_rss"] for s in samples) / MiB,
-        "slope": slope_per_hour(samples), "samples": len(samples),
+        "slope": slope_per_hour(samples), "floors": floors(samples), "samples": len(samples),
         "fds": (first["fds"], last["fds"], max(s["fds"] for s in samples)),
         "threads": (first["threads"], last["threads"], max(s["threads"] for s in samples)),
         "scrape_ms": max(s["scrape_ms"] for s in samples),
         "watch_cpu": (last["cpu_s"] - first["cpu_s"]) / (last["t"] - first["t"]) * 100 if len(samples) > 1 else 0.0,
         "ranks_cpu": (producers.ru_utime + producers.ru_stime) / elapsed * 100,
         "load": (min(load), sum(load) / len(load), max(load)),
-        "rc": rc, "stop_s": stop_s,
+        "stop": stop,
         "log": [line for line in watch.said().splitlines() if "watching" not in line],
     }
 
@@ -238,20 +255,29 @@ def main() -> int:
     flat = r["slope"] < args.bound and r["fds"][0] == r["fds"][1]
     print(f"\nsoak: {r['minutes']:.1f} min, {r['saves']} saves of {args.ranks} ranks x "
           f"({args.small_mib:g} MiB in 4 KiB + {args.mib} MiB in 1 MiB write()s, fsync, rename)")
-    print(f"file calls made: {r['calls']:,}; the agent's events: {r['events']:,.0f}; lost: {r['lost']:,.0f}; "
-          f"incidents: {r['incidents']:.0f}")
+    print(f"file calls made: {r['calls']:,}; the agent's events (every process's): {r['events']:,.0f}; "
+          f"lost: {_by(r['lost'])}; incidents: {_by(r['incidents'])}")
     print(f"RSS (MiB): {r['rss_start']:.1f} after the warm-up, {r['rss_end']:.1f} at the end, "
           f"min {r['rss_min']:.1f}, max {r['rss_max']:.1f}; slope over the second half "
           f"{r['slope']:+.2f} MiB/h ({r['samples']} samples); children's RSS at most {r['children_rss_max']:.1f}")
+    print("RSS floor (MiB) per sixth of the run: " + ", ".join(f"{f:.1f}" for f in r["floors"]))
     print("fds first/last/max: {}/{}/{}; threads first/last/max: {}/{}/{}".format(*r["fds"], *r["threads"]))
     print(f"CPU, % of a core: watch {r['watch_cpu']:.1f}, the ranks {r['ranks_cpu']:.1f}; "
           "load average min/mean/max {:.2f}/{:.2f}/{:.2f}; slowest scrape {:.0f} ms".format(*r["load"], r["scrape_ms"]))
-    stopped = (f"exited {r['rc']} {r['stop_s']:.1f} s after SIGTERM" if r["rc"] is not None
-               else f"still running {STOP_S:g} s after SIGTERM (stopped after {r['stop_s']:.1f} s)")
-    print(f"watch {stopped}; its log beside the start line: {r['log'] or 'nothing'}; kept in {work}")
+    stop = r["stop"]
+    clean = stop["rc"] == 0 and stop["exit_s"] <= STOP_S
+    said = "never" if stop["said_s"] is None else f"{stop['said_s']:.1f} s"
+    print("watch after SIGTERM: " + ("killed after 60 s" if stop["rc"] is None else
+                                     f"exited {stop['rc']} in {stop['exit_s']:.1f} s") +
+          f" (said it stopped in {said}; at most {STOP_S:g} s to exit 0)")
+    print(f"its log beside the start line: {r['log'] or 'nothing'}; kept in {work}")
     print(f"verdict: {'FLAT' if flat else 'NOT FLAT'} (slope {r['slope']:+.2f} MiB/h against < {args.bound:g}; "
-          f"fds {r['fds'][0]} -> {r['fds'][1]})" + ("" if r["rc"] == 0 else "; watch did not stop cleanly"))
-    return 0 if flat and r["rc"] == 0 else 1
+          f"fds {r['fds'][0]} -> {r['fds'][1]})" + ("" if clean else "; watch did not stop cleanly"))
+    return 0 if flat and clean else 1
+
+
+def _by(counts: dict[str, float]) -> str:
+    return f"{sum(counts.values()):,.0f}" + "".join(f", {k} {v:,.0f}" for k, v in counts.items() if v)
 
 
 if __name__ == "__main__":
