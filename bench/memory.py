@@ -88,10 +88,12 @@ def _part(name: str) -> str:
 
 
 def status(pid: int, field: str) -> int:
+    """A number of /proc/PID/status: in bytes for a size (VmRSS), as it is for a count (Threads)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
+                words = line.split()
+                return int(words[1]) * (1024 if words[2:] == ["kB"] else 1)
     raise KeyError(field)
 
 
