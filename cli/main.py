@@ -3,7 +3,9 @@ dump work without bcc, and nothing here imports textual unless the TUI runs."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
+import io
 import json
 import math
 import os
@@ -639,8 +641,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # A fatal signal (a SIGSEGV in a C extension: one killed the agent on 7.3 with no trace) prints
-    # each thread's Python stack to stderr, which the agent's log keeps.
-    faulthandler.enable()
+    # each thread's Python stack to stderr, which the agent's log keeps; unless stderr is no file
+    # (main() called in a process whose stderr is captured).
+    with contextlib.suppress(io.UnsupportedOperation):
+        faulthandler.enable()
     args = parser().parse_args(argv)
     try:
         return args.func(args)
