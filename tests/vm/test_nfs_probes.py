@@ -23,14 +23,6 @@ def rpc_rows(out):
     return t
 
 
-def per_proc(table):
-    """procname -> summed kernel accounting over the completed attempts."""
-    done = table.filter(pc.equal(table["complete"], 1))
-    g = done.group_by("procname").aggregate([("attempts", "sum"), ("backlog_us", "sum"), ("rtt_us", "sum"),
-                                             ("execute_us", "sum"), ("slot_wait_ns", "sum")])
-    return {r["procname"]: r for r in g.to_pylist()}
-
-
 def test_per_procedure_totals_match_mountstats(mixed):
     """Counts and summed backlog, RTT and execute per procedure agree with the
     /proc/self/mountstats delta within 1% (the kernel prints ms, the tracepoint µs), and
@@ -82,7 +74,7 @@ def test_saturated_slot_table_shows_in_the_rpc_rows(saturated):
     trip for a slot: slot wait is about half of its time, as large as the round trip
     itself, and far larger than the wait to transmit."""
     t = rpc_rows(saturated)
-    w = per_proc(t)["WRITE"]
+    w = mountstats.per_proc(t)["WRITE"]
     writes = t.filter(pc.equal(t["procname"], "WRITE"))
     execute_ns = w["execute_us_sum"] * 1000
     assert w["slot_wait_ns_sum"] > 0.4 * execute_ns
@@ -146,7 +138,7 @@ def test_nconnect_gives_each_connection_its_own_table(nconnect):
 
 def test_unconstrained_large_writes_do_not_wait_for_slots(unconstrained):
     t = rpc_rows(unconstrained)
-    w = per_proc(t)["WRITE"]
+    w = mountstats.per_proc(t)["WRITE"]
     assert w["slot_wait_ns_sum"] < 0.2 * w["execute_us_sum"] * 1000
 
 

@@ -53,6 +53,16 @@ def describe(op):
 SUMS = (("backlog_us", "queue_ms"), ("rtt_us", "rtt_ms"), ("execute_us", "execute_ms"))
 
 
+def per_proc(rpc):
+    """procname -> the rpc table's summed kernel accounting over its completed attempts
+    (`<column>_sum`: attempts, backlog_us, rtt_us, execute_us, slot_wait_ns)."""
+    import pyarrow.compute as pc     # here: run-scenario imports this module without the venv
+    done = rpc.filter(pc.equal(rpc["complete"], 1))
+    g = done.group_by("procname").aggregate([(c, "sum") for c in ("attempts", *(ours for ours, _ in SUMS),
+                                                                  "slot_wait_ns")])
+    return {r["procname"]: r for r in g.to_pylist()}
+
+
 def fidelity(out):
     """The capture of scenario results `out` against the mountstats delta over it: per procedure
     mountstats counted, {"ops": (ours, theirs), "queue_ms": ..., "rtt_ms": ..., "execute_ms": ...}
@@ -64,15 +74,14 @@ def fidelity(out):
     after = parse((out / "mountstats.after").read_text())
     want = {name: w for name, w in delta(before, after)["ops"].items() if w["ops"] > 0}
     rpc = Capture.open(str(out / "capture")).read("rpc")
-    done = rpc.filter(pc.equal(rpc["complete"], 1))
-    g = done.group_by("procname").aggregate([("attempts", "sum"), *((ours, "sum") for ours, _ in SUMS)])
-    got = {r["procname"]: r for r in g.to_pylist()}
+    got = per_proc(rpc)
     procs = {}
     for name, w in want.items():
         mine = got.get(name)
         procs[name] = {"ops": (mine and mine["attempts_sum"], w["ops"]),
                        **{theirs: (mine and mine[f"{ours}_sum"] / 1000, w[theirs]) for ours, theirs in SUMS}}
-    sent = pc.sum(done.filter(pc.equal(done["procname"], "WRITE"))["io_count"]).as_py() or 0
+    writes = rpc.filter(pc.and_(pc.equal(rpc["procname"], "WRITE"), pc.equal(rpc["complete"], 1)))
+    sent = pc.sum(writes["io_count"]).as_py() or 0
     return {"procs": procs, "write_bytes": (sent, after["bytes"]["server_write"] - before["bytes"]["server_write"])}
 
 
