@@ -191,10 +191,12 @@ class ProbeGroup:
         return "; ".join(missing) or None
 
     def fallbacks(self) -> list[str]:
-        """What this kernel gives in place of what the group reads first (said once, in meta.json
-        and by doctor)."""
-        return [f"{cat}:{ev}: field `{found}` read for `{names[0]}`"
-                for cat, ev, names, found in self._fields_found() if found not in (None, names[0])]
+        """What this kernel gives in place of what the group reads first, and what it lacks of
+        the group's optional tracepoints (said once, in meta.json and by doctor)."""
+        return ([f"{cat}:{ev}: field `{found}` read for `{names[0]}`"
+                 for cat, ev, names, found in self._fields_found() if found not in (None, names[0])]
+                + [f"no {cat}:{ev} in this kernel: without {self.gives[ev]}"
+                   for cat, ev in self.optional_tracepoints if not kernel.tracepoint_exists(cat, ev)])
 
     def cflags(self, filters: Filters) -> list[str]:
         flags = [f"-D{ring.upper()}_{name}={value}" for ring, (layout, pages) in self.rings.items()
@@ -320,7 +322,8 @@ class NfsProbes(ProbeGroup):
     calls = {"nfs_fsync": "fsync", "nfs_writeback_inode": "the flush of close()", "nfs_getattr": "getattr"}
     optional_tracepoints = (("nfs", "nfs_initiate_read"), ("nfs", "nfs_readpage_done"),
                             *(("nfs", f"{call}_enter") for call in calls))
-    gives = {"nfs_initiate_read": "READ offsets and sizes", "nfs_readpage_done": "READ completions and status"}
+    gives = {"nfs_initiate_read": "READ offsets and sizes", "nfs_readpage_done": "READ completions and status",
+             **{f"{call}_enter": f"the time a syscall spent in NFS's {what}" for call, what in calls.items()}}
     # The RPC status of a completion: `status` up to 5.10, `error` from 5.11.
     field_variants = tuple(("nfs", ev, ("error", "status"))
                            for ev in ("nfs_writeback_done", "nfs_commit_done", "nfs_readpage_done"))
@@ -331,10 +334,9 @@ class NfsProbes(ProbeGroup):
 
     def attach_points(self, together: set[str]) -> dict[str, str]:
         points = super().attach_points(together)
-        for call, what in self.calls.items():
-            if points.pop(f"nfs:{call}_enter", None) is not None and "syscalls" in together:
-                points |= {f"nfs:{call}_{side}": f"the time a syscall spent in NFS's {what}"
-                           for side in ("enter", "exit")}
+        for call in self.calls:
+            if (what := points.pop(f"nfs:{call}_enter", None)) is not None and "syscalls" in together:
+                points |= {f"nfs:{call}_{side}": what for side in ("enter", "exit")}
         return points
 
 

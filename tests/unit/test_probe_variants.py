@@ -44,6 +44,24 @@ def test_a_renamed_field_is_read_under_the_name_this_kernel_has():
     assert "-DSYS_ENTER_WRITE_COUNT=count" in Current().cflags(None) and Current().fallbacks() == []
 
 
+def test_an_optional_tracepoint_this_kernel_lacks_is_said_with_what_is_lost():
+    write_fields()
+
+    class Optional(Group):    # as sunrpc:xprt_retransmit, 5.15+
+        optional_tracepoints = (("syscalls", "sys_enter_write"), ("syscalls", "no_such_event"))
+        gives = {"sys_enter_write": "writes", "no_such_event": "each RPC's retransmissions"}
+
+    g = Optional()
+    assert g.fallbacks() == ["no syscalls:no_such_event in this kernel: without each RPC's retransmissions"]
+    assert "-DHAVE_sys_enter_write" in g.cflags(None) and "-DHAVE_no_such_event" not in g.cflags(None)
+
+
+def test_every_optional_tracepoint_says_what_it_gives():
+    from slotscope.agent.probes import GROUPS
+    for group in GROUPS:
+        assert all(ev in group.gives for _, ev in group.optional_tracepoints), group.name
+
+
 def test_a_field_no_variant_of_which_exists_is_the_reason_the_group_cannot_run():
     write_fields()
 

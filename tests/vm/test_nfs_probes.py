@@ -151,7 +151,11 @@ def test_server_freeze(frozen):
     cap = Capture.open(str(frozen / "capture"))
     rpc = cap.read("rpc")
     assert pc.max(rpc["execute_ns"]).as_py() > 15e9
-    assert pc.sum(rpc["timeouts"]).as_py() > 0 and pc.sum(rpc["retransmits"]).as_py() > 0
+    assert pc.sum(rpc["timeouts"]).as_py() > 0
+    # retransmissions where the kernel traces them (sunrpc:xprt_retransmit, 5.15+); 5.10's capture
+    # says it has none of them to count
+    lacks = [n for n in cap.meta["probes"]["fell_back"].get("sunrpc", []) if n.startswith("no sunrpc:xprt_retransmit")]
+    assert (pc.sum(rpc["retransmits"]).as_py() > 0) != bool(lacks), lacks
     messages = cap.read("kmsg")["message"].to_pylist()
     assert any("10.0.0.1 not responding" in m for m in messages)
     assert any("10.0.0.1 OK" in m for m in messages)
