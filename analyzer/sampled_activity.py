@@ -51,7 +51,7 @@ def _growth(job: Job) -> pa.Table | None:
     ts = io["ts"].to_numpy()
     wb = pc.fill_null(io["write_bytes"], 0).to_numpy()
     first = np.r_[True, (host[1:] != host[:-1]) | (tgid[1:] != tgid[:-1])]
-    born = ts > _first_sample(host, ts)[host]     # a new process's counters are read at once
+    born = ts > _first_ticks(job, io["host"])     # a new process's counters are read at once
     delta = np.where(first, np.where(born, wb, 0), wb - np.r_[0, wb[:-1]])
     _less_reaped(job, io["host"].to_pylist(), tgid, ts, wb, first, delta)
     since = np.where(first, ts - interval_ns(job), np.r_[0, ts[:-1]])
@@ -96,11 +96,25 @@ def _window_start(job: Job) -> int:
                default=np.iinfo(np.int64).min)
 
 
-def _first_sample(host: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Per host code, its earliest sample."""
-    out = np.full(host.max() + 1, np.iinfo(np.int64).max)
-    np.minimum.at(out, host, ts)
-    return out
+# Written from the sampler's first tick on: mountstats' transports every tick, the rest where the
+# job has processes. A job's processes that started after the agent are first seen in a later tick.
+TICKED = ("ms_xprt", "ms_ops", "thread_samples", "proc_io")
+
+
+def _first_ticks(job: Job, hosts: pa.ChunkedArray) -> np.ndarray:
+    """Per row of `hosts`, its host's first sample (UTC ns): the earliest row of any sampled table
+    (proc_io alone would put it at the first process's first sample, whose counters would then
+    be taken for a baseline: the VM rig's ranks, started after the agent, lost their first 48
+    KiB so)."""
+    first: dict[str, int] = {}
+    for name in TICKED:
+        t = job.table(name)
+        if t is None or not t.num_rows:
+            continue
+        utc = job.to_utc(t["host"], t["ts"])
+        for part in pa.table({"host": t["host"], "ts": utc}).group_by("host").aggregate([("ts", "min")]).to_pylist():
+            first[part["host"]] = min(first.get(part["host"], part["ts_min"]), part["ts_min"])
+    return np.array([first[h] for h in hosts.to_pylist()], np.int64)
 
 
 def nfs_waits(job: Job) -> pa.Table | None:

@@ -212,7 +212,7 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
          freeze=None, timeo_ds=600, retrans=2, slow_rank=None, metadata_ops_per_rank=0, hung_rank=None,
          hung_s=60.0, hung_returns=True, lost_events=0, netdev=True, nconnect=1, session_slots=None,
          server_threads=None, server_ms=None, cpu_us=0, local_mbps=None, nfs_probes=True, sysctls=True,
-         sampled_s=None) -> dict:
+         sampled_s=None, started_late=False) -> dict:
     """Simulate the save, write its capture at `path` and return the manifest (times in UTC ns).
 
     Ranks first_rank.. first_rank+ranks-1 enter the save `lead_s` after the capture starts,
@@ -221,7 +221,9 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
     no speed (the wire still runs at 10 Gb/s); netdev=False: no NIC counters at all.
     sampled_s: the capture `record --no-bpf` would write, sampling every sampled_s seconds
     (mountstats counters per interval and thread samples instead of traced RPCs and syscalls);
-    the manifest's "mountstats" then holds the copies of /proc/self/mountstats it read."""
+    the manifest's "mountstats" then holds the copies of /proc/self/mountstats it read;
+    started_late: each rank's process is first sampled after its first write (it started after
+    the agent), its first /proc/PID/io already counting bytes."""
     assert mode in ("osync", "buffered", "fsync", "local_copy")
     assert (mode == "local_copy") == (local_mbps is not None)
     lead, rtt = int(lead_s * S), int(rtt_ms * MS)
@@ -272,7 +274,7 @@ def save(path, *, host="node-a", ranks=8, first_rank=0, world_size=None, file_by
         w.append("ms_xprt", _ms_table("ms_xprt", texts, realtime_start_ns - mono_start_ns))
         w.append("thread_samples", _thread_samples(rows, model["open"], stop, cols, people, mode, grid[1:],
                                                    mono_start_ns))
-        w.append("proc_io", _proc_io(rows, people, grid[1:], mono_start_ns))
+        w.append("proc_io", _proc_io(rows, people, grid[1:], mono_start_ns, started_late))
     elif sim.rpcs and nfs_probes:
         w.append("rpc", _rpc(cols, stop, mono_start_ns, session_bound))
         w.append("nfs_io", _nfs_io(cols, mono_start_ns))
@@ -562,15 +564,18 @@ def _ms_table(name, texts, utc_offset):
     return pa.Table.from_pylist(rows, schema=schema(name))
 
 
-def _proc_io(rows, people, grid, mono0):
+def _proc_io(rows, people, grid, mono0, started_late):
     """Each rank's /proc/PID/io at each sample: the bytes of its writes returned by then as
-    write_bytes (pages dirtied, or written through), the calls as syscw."""
+    write_bytes (pages dirtied, or written through), the calls as syscw; with started_late, from
+    the first sample after its first write."""
     out = []
     for p in people:
         writes = sorted((r[1], r[5]) for r in rows if r[2] == p["pid"] and r[3] == "write")
         ends = np.array([e for e, _ in writes], np.int64)
         total = np.cumsum([0] + [n for _, n in writes])
         for t in grid:
+            if started_late and (not len(ends) or t < ends[0]):
+                continue
             done = int(np.searchsorted(ends, t, "right"))
             out.append({"ts": mono0 + int(t), "tgid": p["pid"], "rchar": 0, "wchar": int(total[done]), "syscr": 0,
                         "syscw": done, "read_bytes": 0, "write_bytes": int(total[done])})
