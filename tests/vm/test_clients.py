@@ -105,14 +105,15 @@ def test_each_library_saturates_two_slots(clients_saturated):
     check_charged(clients_saturated)
 
 
-def test_a_training_loop_of_three_saves(dcp_saves):
-    """Three DCP saves 12 s of computing apart: three saves in the report, each within its ranks'
-    own timing, named, and compared (the trend names the slowest and the fastest)."""
-    result = analyze(dcp_saves)
-    check_saves(dcp_saves, result)
+def test_the_saves_of_one_job_are_named_and_compared(clients_healthy):
+    """The job's four saves, 12 s of computing apart, are four saves in the report, each named for
+    its library and files, and compared (the trend names the slowest and the fastest)."""
+    result = analyze(clients_healthy)
     assert [s["what"] for s in result["saves"]] == [
-        f"DCP checkpoint step_{n}/: 4 ranks x 4 shards + .metadata" for n in (1, 2, 3)]
+        "torch.save checkpoint step_1/: 4 files (model_rank0.pt, model_rank1.pt, ...)",
+        *["DCP checkpoint step_1/: 4 ranks x 4 shards + .metadata"] * 2,
+        "safetensors checkpoint step_1/: 4 files (model_rank0.safetensors, model_rank1.safetensors, ...)"]
     trend = result["save_trend"]
-    assert len(trend["durations_s"]) == 3 and {trend["slowest"], trend["fastest"]} <= {1, 2, 3}
+    assert len(trend["durations_s"]) == 4 and {trend["slowest"], trend["fastest"]} <= {1, 2, 3, 4}
+    assert trend["durations_s"][trend["slowest"] - 1] == max(trend["durations_s"])
     assert trend["text"].startswith(f"save {trend['slowest']} took") or "none slower" in trend["text"]
-    check_charged(dcp_saves)

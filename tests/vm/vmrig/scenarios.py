@@ -102,9 +102,6 @@ NAMED = {
     # ... and on a saturating one: 2 slots of 32 KiB WRITEs per 20 ms round trip, a ceiling of
     # 2 x 32 KiB / 20 ms = 3.2 MB/s, well under what the emulated CPU writes (the test checks).
     "clients_saturated": ["--nfs-vers", "3", "--slots", "2", "--wsize", "32768", "--delay-ms", "10", *CLIENTS],
-    # A training loop's three DCP saves, 12 s of computing apart, on a healthy mount.
-    "dcp_saves": ["--nfs-vers", "3", "--delay-ms", "5", "--ranks", "4", "--state-mb", "4", "--client", "dcp",
-                  "--saves", "3", "--save-every", "12"],
     # One job over two nodes (a pair of VMs of its own): ranks 0-3 on node 1 (the server's VM),
     # 4-7 on node 2, whose link is held to 5 Mbit/s: its 4 MiB of fsync'ed 1 MiB writes take
     # 6.7 s or more, node 1's 0.2-1.3 s (idle to loaded host; at 10 Mbit/s the ratio was 3.5x
