@@ -245,3 +245,5 @@ flush_stall_sampled = _named("flush_stall_sampled")
 unconstrained_sampled = _named("unconstrained_sampled")
 # One job over two nodes, a pair of VMs (test_two_nodes.py).
 two_nodes = _named("two_nodes")
+# ... and one torchrun job over the pair, with real checkpoint libraries (test_two_nodes_torch.py).
+two_nodes_torch = _named("two_nodes_torch")

@@ -20,14 +20,20 @@ def captures(out):
     return [out / "capture", out / "node2" / "capture"]
 
 
-@pytest.fixture(scope="module")
-def report(two_nodes):
-    cmd = [sys.executable, "-m", "slotscope.cli", "analyze", *map(str, captures(two_nodes))]
+def analyze_nodes(out):
+    """`slotscope analyze --json` of both nodes' captures, as a user runs it; the terminal report
+    must come out too."""
+    cmd = [sys.executable, "-m", "slotscope.cli", "analyze", *map(str, captures(out))]
     res = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert text.returncode == 0 and text.stdout.startswith("verdict: "), text.stderr
     return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def report(two_nodes):
+    return analyze_nodes(two_nodes)
 
 
 def test_ranks_of_both_nodes_in_one_report(report):

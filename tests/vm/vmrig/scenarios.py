@@ -114,6 +114,14 @@ NAMED = {
     "two_nodes": ["--nodes", "2", "--node-rate-mbit", "2:5", "--nfs-vers", "4.2", "--ranks", "8",
                   "--write-size", "1048576", "--mode", "fsync", "--file-mb", "1", "--ftrace", "sunrpc:svc_process",
                   "--agent-start-timeout", "600"],     # two BCC compiles at once: 115-121 s on an idle host, > 240 s on a busy one
+    # The pair with a real job (guest/clients.py): one torchrun job over both nodes (static rendezvous:
+    # ranks 0-3 on node 1, 4-7 on node 2), gloo across the link; each rank saves 1 MiB with
+    # torch.save, then with DCP 12 s later (more than save_gap_s): node 2's 4 MiB a save through
+    # 5 Mbit/s, as in two_nodes. torch.save's ranks end on their own (node 2's 2.9x later at load 6);
+    # DCP's collective save ends on every rank at once, so no node can be named late in it.
+    "two_nodes_torch": ["--nodes", "2", "--node-rate-mbit", "2:5", "--nfs-vers", "4.2", "--ranks", "8",
+                        "--state-mb", "1", "--save-every", "12", "--client", "torch-save", "--client", "dcp",
+                        "--agent-start-timeout", "600"],
     # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
     # timeo makes the client log "not responding" (and "OK") within the freeze.
     "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",
