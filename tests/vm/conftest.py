@@ -237,13 +237,10 @@ server_bound, server_bound16 = _named("server_bound"), _named("server_bound16")
 CLIENT_KERNELS = _kernels("SLOTSCOPE_VM_CLIENT_KERNELS", "6.1")
 clients_healthy = _named("clients_healthy")
 clients_saturated = _named("clients_saturated", CLIENT_KERNELS)
-dcp_saves = _named("dcp_saves", CLIENT_KERNELS)
 # An ordinary user's sampled agent on the scenarios whose BPF verdicts it must match (test_no_root.py).
 saturated_sampled = _named("saturated_sampled")
 frozen_sampled = _named("frozen_sampled")
 flush_stall_sampled = _named("flush_stall_sampled")
 unconstrained_sampled = _named("unconstrained_sampled")
-# One job over two nodes, a pair of VMs (test_two_nodes.py).
+# One torchrun job over two nodes, a pair of VMs (test_two_nodes.py).
 two_nodes = _named("two_nodes")
-# ... and one torchrun job over the pair, with real checkpoint libraries (test_two_nodes_torch.py).
-two_nodes_torch = _named("two_nodes_torch")
