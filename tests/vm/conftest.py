@@ -260,5 +260,5 @@ saturated_sampled = _named("saturated_sampled")
 frozen_sampled = _named("frozen_sampled")
 flush_stall_sampled = _named("flush_stall_sampled")
 unconstrained_sampled = _named("unconstrained_sampled")
-# One job over two nodes, a pair of VMs (test_two_nodes.py).
+# One torchrun job over two nodes, a pair of VMs (test_two_nodes.py).
 two_nodes = _named("two_nodes")

@@ -35,20 +35,22 @@ def client_saves(rec):
     return order
 
 
-def check_saves(out, result):
+def check_saves(out, result, captures=("capture",)):
     """Each save of the job is one save of the analysis, in order, with the client's format,
-    within the ranks' own measurements, with the bytes of the files each rank made (their
-    sizes on the server) charged to it: DCP's writer threads are its threads, and no other
-    process writes."""
+    within the ranks' own measurements (each on its host's clock: the capture of that host),
+    with the bytes of the files each rank made (their sizes on the server) charged to it: DCP's
+    writer threads are its threads, and no other process writes."""
     rec = scenario(out)
-    offset = utc_offset_ns(json.loads((out / "capture" / "meta.json").read_text()))
+    metas = [json.loads((out / c / "meta.json").read_text()) for c in captures]
+    offset = {m["host"]: utc_offset_ns(m) for m in metas}
+    host = {r["rank"]: r["host"] for r in rec["ranks"]}
     expected = client_saves(rec)
     assert [s["number"] for s in result["saves"]] == list(range(1, len(expected) + 1)), \
         [(s["what"], s["start"], s["duration_s"]) for s in result["saves"]]
     for (client, step, by_rank), save in zip(expected, result["saves"]):
         assert save["formats"] == [FORMAT[client]], (client, save["what"])
-        start = min(s["start"] for s in by_rank.values()) * 1e9 + offset
-        end = max(s["end"] for s in by_rank.values()) * 1e9 + offset
+        start = min(s["start"] * 1e9 + offset[host[rank]] for rank, s in by_rank.items())
+        end = max(s["end"] * 1e9 + offset[host[rank]] for rank, s in by_rank.items())
         assert start - EDGE_S * 1e9 <= utc_ns(save["start"]) and utc_ns(save["end"]) <= end + EDGE_S * 1e9, \
             (client, save["start"], save["end"], start, end)
         files = {f: n for s in by_rank.values() for f, n in s["files"].items()}

@@ -1,7 +1,11 @@
-"""One job over two nodes (the two_nodes scenario: a pair of VMs, node 2's link held to 5 Mbit/s):
-`slotscope analyze CAP1 CAP2` gives one report of ranks 0-7 from both hosts, each node's
-transport and link its own rows, node 2 named as the straggler node; and the two captures'
-clocks line up within 5 ms, checked against what the server saw of node 2's RPCs."""
+"""One torchrun job over two nodes (the two_nodes scenario: a pair of VMs, node 2's link held to
+3 Mbit/s): `torchrun --nnodes 2 --node-rank K` puts ranks 0-3 on node 1 and 4-7 on node 2, gloo
+across the link, and `slotscope analyze CAP1 CAP2` reports the one job: its eight ranks, as
+torchrun numbered them, on their hosts, each node's transport and link its own rows; its
+torch.save and DCP saves, each a save of the job with every rank charged its files byte for byte;
+node 2 the straggler node of the torch.save (DCP's collective save ends on every rank at once);
+and the two captures' clocks line up within 5 ms, checked against what the server saw of node
+2's RPCs."""
 import json
 import re
 import subprocess
@@ -9,20 +13,25 @@ import sys
 
 import pytest
 
+from test_clients import check_saves, scenario
+
 pytestmark = pytest.mark.vm
 
 MS = 1_000_000
 # svc_process on the server (ftrace, trace_clock mono): the server has received an RPC of node 2
 SVC_PROCESS = re.compile(r"\s(\d+\.\d+): svc_process: addr=10\.0\.1\.2:\d+ xid=0x([0-9a-f]+)")
+CAPTURES = ("capture", "node2/capture")
+NODE = {**{r: "node1" for r in range(4)}, **{r: "node2" for r in range(4, 8)}}
 
 
 def captures(out):
-    return [out / "capture", out / "node2" / "capture"]
+    return [out / c for c in CAPTURES]
 
 
-@pytest.fixture(scope="module")
-def report(two_nodes):
-    cmd = [sys.executable, "-m", "slotscope.cli", "analyze", *map(str, captures(two_nodes))]
+def analyze_nodes(out):
+    """`slotscope analyze --json` of both nodes' captures, as a user runs it; the terminal report
+    must come out too."""
+    cmd = [sys.executable, "-m", "slotscope.cli", "analyze", *map(str, captures(out))]
     res = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -30,21 +39,55 @@ def report(two_nodes):
     return json.loads(res.stdout)
 
 
-def test_ranks_of_both_nodes_in_one_report(report):
-    assert [(r["rank"], r["host"]) for r in report["ranks"]] == (
-        [(i, "node1") for i in range(4)] + [(i, "node2") for i in range(4, 8)])
-    assert all(r["bytes_written"] == 1 << 20 for r in report["ranks"])
+@pytest.fixture(scope="module")
+def report(two_nodes):
+    return analyze_nodes(two_nodes)
+
+
+def test_torchrun_numbers_the_ranks_across_both_nodes(two_nodes, report):
+    """The ranks' RANK, LOCAL_RANK and WORLD_SIZE are torchrun's (the rig sets none for a real job),
+    and the report finds each rank's process on its host under that rank."""
+    ranks = scenario(two_nodes)["ranks"]
+    assert [(r["rank"], r["local_rank"], r["world_size"], r["host"]) for r in ranks] == \
+        [(i, i % 4, 8, NODE[i]) for i in range(8)]
+    assert [(r["rank"], r["host"]) for r in report["ranks"]] == list(NODE.items())
+    pids = {r["rank"]: r["pids"] for r in report["ranks"]}
+    assert all(r["pid"] in pids[r["rank"]] for r in ranks), (pids, [r["pid"] for r in ranks])
     # each node's transport, to its own server address, over its own link
     rows = {(t["host"], t["server"], t["link"] and t["link"]["iface"]) for t in report["transports"]}
     assert rows == {("node1", "10.0.0.1:2049", "veth1"), ("node2", "10.0.1.1:2049", "eth0")}
 
 
-def test_the_rate_limited_node_is_the_straggler(report):
-    assert report["verdict"] == "straggler_node"
-    [f] = [f for f in report["findings"] if f["kind"] == "straggler_node"]
-    assert f["ranks"] == [4, 5, 6, 7]
-    assert [n["host"] for n in f["evidence"]["nodes"]] == ["node2"]
+def test_each_library_saves_as_a_save_of_the_job(two_nodes, report):
+    """torch.save, then DCP: each one save of the report, of all eight ranks on both hosts, within
+    the ranks' own timings (each on its node's clock), every rank charged the bytes of its files."""
+    expected = check_saves(two_nodes, report, CAPTURES)
+    assert [client for client, _, _ in expected] == ["torch-save", "dcp"]
+    for save in report["saves"]:
+        assert save["ranks"] == 8 and {(r["rank"], r["host"]) for r in save["by_rank"]} == set(NODE.items()), \
+            save["by_rank"]
+
+
+def test_the_rate_limited_node_is_the_straggler_of_the_torch_save(report):
+    """torch.save: each rank saves on its own, so node 2's ranks, whose 4 MiB go through 3 Mbit/s,
+    end late together: straggler_node, with node 2's ranks and server."""
+    torch_save, dcp = report["saves"]
+    assert torch_save["verdict"] == "straggler_node", [f["kind"] for f in torch_save["findings"]]
+    [f] = [f for f in torch_save["findings"] if f["kind"] == "straggler_node"]
+    assert f["ranks"] == [4, 5, 6, 7] and [n["host"] for n in f["evidence"]["nodes"]] == ["node2"]
     assert f["servers"] == ["10.0.1.1:2049"]
+    print(f"{torch_save['what']}: {f['summary']}")
+
+
+def test_no_node_is_named_late_in_the_collective_dcp_save(report):
+    """DCP's save is collective: every rank's ends with the job's (after the coordinator's
+    .metadata, each rank opens the directory last), and under TCG node 1's ranks' own writes took
+    about as long as node 2's through its link (8 s against 5-10 s). No node ends late, and none
+    is named: a straggler_node here would be a wrong one."""
+    dcp = report["saves"][1]
+    ends = [r["seconds"] for r in dcp["by_rank"]]
+    assert not [f for f in dcp["findings"] if f["kind"] == "straggler_node"], dcp["findings"]
+    print(f"{dcp['what']}: verdict {dcp['verdict']}; rank save times {min(ends):.1f}-{max(ends):.1f} s")
 
 
 def utc_offset(meta):
@@ -64,7 +107,7 @@ def test_clocks_line_up_within_5_ms(two_nodes, report):
     off2 = utc_offset(node2.meta)
     bounds = [(r["ts_begin"] + off2 - processed[r["xid"]], r["ts_end"] + off2 - processed[r["xid"]])
               for r in node2.read("rpc").to_pylist() if r["xid"] in processed and r["complete"]]
-    assert len(bounds) >= 20        # 4 ranks' opens, creates, WRITEs, COMMITs and closes: 40 in a run
+    assert len(bounds) >= 20        # 4 ranks' opens, creates, WRITEs, COMMITs and closes in each save
     low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
     print(f"node 2's clock error within [{low / MS:.3f}, {high / MS:.3f}] ms from {len(bounds)} RPCs; "
           f"the sync said {json.loads((two_nodes / 'node2' / 'scenario.json').read_text())['clock_sync']}")

@@ -1,6 +1,6 @@
 """A real checkpointing job: one rank of it, launched by torchrun as users launch theirs
-(`torchrun --standalone --nproc-per-node N clients.py ...`, gloo backend), so RANK,
-LOCAL_RANK and WORLD_SIZE come from torchrun.
+(`torchrun --standalone --nproc-per-node N clients.py ...`, gloo backend; over two nodes
+`torchrun --nnodes 2 --node-rank K ...`), so RANK, LOCAL_RANK and WORLD_SIZE come from torchrun.
 
 Each rank holds a model-like state dict of --state-mb (layers of weights and biases) and
 saves it --saves times into DIR/step_<n>/, computing --save-every seconds between saves
@@ -15,7 +15,8 @@ The clients, one per checkpoint library:
                save ends at future.result()
   safetensors  safetensors.torch.save_file() per rank
 
-Each rank writes RESULTS/rank<r>.json: per save, the time it measured around its save call
+Each rank writes RESULTS/rank<r>.json: its rank, local rank and world size as torchrun gave
+them, its host, and per save the time it measured around its save call
 (CLOCK_MONOTONIC, as the capture's) and the files it produced, relative to DIR (their sizes
 are read afterwards, from the server's side: a stat here would be NFS traffic of its own).
 """
@@ -23,6 +24,7 @@ are read afterwards, from the server's side: a stat here would be NFS traffic of
 import argparse
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -112,7 +114,8 @@ def main():
             saves.append({"client": client, "step": n, "dir": where, "start": t0, "end": t1,
                           "wall_s": round(t1 - t0, 4),
                           "files": [os.path.join(step, f) for f in names]})
-    result = {"rank": rank, "pid": os.getpid(), "uid": os.getuid(), "clients": a.client, "saves": saves}
+    result = {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": world,
+              "host": socket.gethostname(), "pid": os.getpid(), "uid": os.getuid(), "clients": a.client, "saves": saves}
     Path(a.results, f"rank{rank}.json").write_text(json.dumps(result, indent=2) + "\n")
     dist.barrier()
     dist.destroy_process_group()

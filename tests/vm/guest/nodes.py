@@ -4,7 +4,8 @@ the link that joins them, and node 2's clock step.
 Node 1 (the server, and its own client) listens; node 2 connects. A line "time" is answered at
 once with node 1's CLOCK_REALTIME in ns; every other line is a message of the scenario's
 protocol: node 2 says "ready" (mounted, agent recording, ranks started), node 1 answers "go"
-when its own ranks are ready too, and node 2 says "done" when it has its results.
+when its own ranks are ready too, and node 2 says "done" when it has its results. A message may
+carry data, JSON on the same line after its name (a real job's ranks: guest/scenario.py).
 
 The guests' real-time clocks start from the emulated RTC, in whole seconds: node 2 steps its
 own to node 1's, NTP-style (the sample with the shortest round trip of many; node 1's time is
@@ -13,6 +14,7 @@ the error. It tells the kernel so (adjtimex, as chronyd does), which the agent r
 meta.json; node 1, the reference, says it is synchronized with no error.
 """
 
+import json
 import queue
 import socket
 import threading
@@ -26,6 +28,18 @@ REALTIME = time.CLOCK_REALTIME
 
 class NodeError(RuntimeError):
     pass
+
+
+def message(what, data=None):
+    return f"{what}\n".encode() if data is None else f"{what} {json.dumps(data)}\n".encode()
+
+
+def payload(got, what, who):
+    """The data of the message `got`, which must be `what` with data."""
+    name, _, data = (got or "").partition(" ")
+    if name != what or not data:
+        raise NodeError(f"{who} said {repr(got)[:80]} (None: it hung up) where {what!r} with data was awaited")
+    return json.loads(data)
 
 
 def mark_synchronized(esterror_ns, maxerror_ns):
@@ -58,16 +72,22 @@ class Peer:
                 self.messages.put(line.decode().strip())
         self.messages.put(None)
 
-    def wait(self, what, timeout):
+    def _next(self, what, timeout):
         try:
-            got = self.messages.get(timeout=timeout)
+            return self.messages.get(timeout=timeout)
         except queue.Empty:
             raise NodeError(f"node 2 did not say {what!r} within {timeout:.0f} s") from None
+
+    def wait(self, what, timeout):
+        got = self._next(what, timeout)
         if got != what:
             raise NodeError(f"node 2 said {got!r} (None: it hung up) where node 1 waited for {what!r}")
 
-    def send(self, what):
-        self.conn.sendall(f"{what}\n".encode())
+    def receive(self, what, timeout):
+        return payload(self._next(what, timeout), what, "node 2")
+
+    def send(self, what, data=None):
+        self.conn.sendall(message(what, data))
 
     def wait_hangup(self, timeout):
         """Until node 2's job ends (its agent stopped): the server must outlive its mount."""
@@ -123,10 +143,13 @@ class Control:
         return {"step_ns": before["offset_ns"], "step_rtt_ns": before["rtt_ns"], "after": after,
                 "uncertainty_ns": bound}
 
-    def send(self, what):
-        self.sock.sendall(f"{what}\n".encode())
+    def send(self, what, data=None):
+        self.sock.sendall(message(what, data))
 
     def wait(self, what, timeout):
         got = self._line(timeout)
         if got != what:
             raise NodeError(f"node 1 said {got!r} where node 2 waited for {what!r}")
+
+    def receive(self, what, timeout):
+        return payload(self._line(timeout), what, "node 1")

@@ -35,6 +35,7 @@ VENV_PY = "/opt/slotscope-venv/bin/python"
 TORCHRUN = "/opt/slotscope-venv/bin/torchrun"
 SERVER, CLIENT = "10.0.0.1", "10.0.0.2"
 NODE_ADDR = {1: "10.0.1.1", 2: "10.0.1.2"}   # the two VMs' link (--nodes 2): eth0 of each
+MASTER_PORT = 29500     # a real job over two nodes: torchrun's store, with node 1's ranks (CLIENT)
 CLI = ["nsenter", "--net=/run/netns/cli"]
 EXPORT = Path("/export")
 MNT = "/mnt/nfs"
@@ -200,6 +201,7 @@ def make_link(spec):
         sh("ip", "link", "set", "eth0", "up")
         if node_of(spec) > 1:
             sh("ip", "netns", "attach", "cli", "1")
+            sh("ip", "route", "add", "10.0.0.0/24", "via", NODE_ADDR[1])  # node 1's ranks: a job's store, gloo
             return
     sh("ip", "netns", "add", "cli")
     sh("ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", "cli")
@@ -208,6 +210,15 @@ def make_link(spec):
     sh(*CLI, "ip", "addr", "add", f"{CLIENT}/24", "dev", "veth1")
     sh(*CLI, "ip", "link", "set", "veth1", "up")
     sh(*CLI, "ip", "link", "set", "lo", "up")
+    if spec.get("nodes", 1) > 1:    # node 1 forwards between its client and node 2
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
+        sh(*CLI, "ip", "route", "add", "10.0.1.0/24", "via", SERVER)
+
+
+def ranks_device(spec):
+    """The device the node's ranks reach the other node by (gloo's GLOO_SOCKET_IFNAME: by host
+    name it would take 127.0.1.1, the loopback /etc/hosts gives the name)."""
+    return "eth0" if node_of(spec) > 1 else "veth1"
 
 
 def link_devices(spec):
@@ -511,7 +522,8 @@ def save(procs, spec, label, meter):
 
 def start_together(spec):
     """With two nodes, both nodes' ranks get their go at once: node 2 says it is ready (mounted,
-    its agent recording, its ranks started), node 1 says go when its own are ready too."""
+    its agent recording, its ranks started), node 1 says go when its own are ready too. A real
+    job's torchrun starts on both after that: its rendezvous joins the nodes."""
     if PEER is None:
         return
     wait = spec["agent_start_timeout"] + spec["writer_timeout"]
@@ -574,25 +586,37 @@ def writers(spec, subdir=None, agent=None):
 run_writers = timed("writers")(writers)
 
 
+def torchrun_args(spec):
+    """One node's job: --standalone. Over two: this node's share of one job, its ranks in
+    order of the nodes (static rendezvous: RANK = node rank x ranks per node + LOCAL_RANK), the
+    store on node 1's ranks' address."""
+    if spec.get("nodes", 1) == 1:
+        return ["--standalone", "--nproc-per-node", str(spec["ranks"])]
+    return ["--nnodes", str(spec["nodes"]), "--node-rank", str(node_of(spec) - 1),
+            "--nproc-per-node", str(len(node_ranks(spec))), "--master-addr", CLIENT, "--master-port", str(MASTER_PORT)]
+
+
 def client_job(spec, agent=None):
     """The real checkpointing job (clients.py) launched as users launch it, torchrun with
-    gloo; returns (ranks, usage) as writers() does, each rank with its saves as it timed them."""
+    gloo; returns (this node's ranks, usage) as writers() does, each rank with its saves as it
+    timed them and the files it made (job_ranks() sizes them)."""
     name = "+".join(spec["clients"])
     results = Path("/var/tmp/client-results")
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir()
     if spec.get("agent_user"):
         os.chown(results, AGENT_UID, AGENT_UID)
-    cmd = [*CLI, *as_user(spec), TORCHRUN, "--standalone", "--nproc-per-node", str(spec["ranks"]),
-           str(RANKS_CODE / "clients.py"),
+    cmd = [*CLI, *as_user(spec), TORCHRUN, *torchrun_args(spec), str(RANKS_CODE / "clients.py"),
            *(arg for c in spec["clients"] for arg in ("--client", c)), "--dir", f"{MNT}/{CKPT}",
            "--state-mb", str(spec["state_mb"]),
            "--saves", str(spec["saves"]), "--save-every", str(spec["save_every"]), "--results", str(results)]
+    env = dict(os.environ, **({"GLOO_SOCKET_IFNAME": ranks_device(spec)} if PEER else {}))
+    start_together(spec)
     meter = Usage(agent)
     t_go = time.monotonic()
     usage0 = meter.read()
     with open(OUT / "client.log", "w") as out:
-        job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        job = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         log(f"{name}: {' '.join(cmd)}")
         try:
             rc = job.wait(spec["writer_timeout"])
@@ -608,19 +632,34 @@ def client_job(spec, agent=None):
     if rc != 0:
         tail = "\n".join((OUT / "client.log").read_text(errors="replace").splitlines()[-15:])
         raise ScenarioError(f"{name} (torchrun) {exit_status(rc)}:\n{tail}")
-    ranks = []
-    for rank in range(spec["ranks"]):
-        r = json.loads((results / f"rank{rank}.json").read_text())
-        for s in r["saves"]:        # the sizes the server holds
-            s["files"] = {f: (EXPORT / CKPT / f).stat().st_size for f in s["files"]}
-        r["wall_s"] = round(sum(s["wall_s"] for s in r["saves"]), 4)
-        r["files"] = {f: n for s in r["saves"] for f, n in s["files"].items()}
-        r["bytes"] = sum(r["files"].values())
-        ranks.append(r)
-    return ranks, used
+    return [json.loads((results / f"rank{rank}.json").read_text()) for rank in node_ranks(spec)], used
 
 
 run_client = timed("writers")(client_job)
+
+
+def sized(r):
+    """A real job's rank with its files' sizes as the server holds them (node 1's export)."""
+    for s in r["saves"]:
+        s["files"] = {f: (EXPORT / CKPT / f).stat().st_size for f in s["files"]}
+    r["wall_s"] = round(sum(s["wall_s"] for s in r["saves"]), 4)
+    r["files"] = {f: n for s in r["saves"] for f, n in s["files"].items()}
+    r["bytes"] = sum(r["files"].values())
+    return r
+
+
+def job_ranks(spec, ranks):
+    """A real job's ranks as the records keep them, sized: once both captures have ended, node 2
+    sends its own to node 1, which sizes them and keeps the whole job's in its record (the
+    server must hold exactly their files), and gets them back sized for its own."""
+    if node_of(spec) > 1:
+        PEER.send("ranks", ranks)
+        return PEER.receive("sized", 120)
+    theirs = []
+    if PEER is not None:
+        theirs = [sized(r) for r in PEER.receive("ranks", 120)]
+        PEER.send("sized", theirs)
+    return [sized(r) for r in ranks] + theirs
 
 
 class Usage:
@@ -787,7 +826,7 @@ def run_one(spec, agent):
                     timings["agent_start"] = round(time.monotonic() - t, 2)
             capture = agent.capture if agent else None
             if spec.get("clients"):
-                result["ranks"], result["writers_usage"] = run_client(spec, agent=agent)
+                ranks, result["writers_usage"] = run_client(spec, agent=agent)
                 result["freeze_window_s"] = None
             else:
                 result["ranks"], result["freeze_window_s"], result["writers_usage"] = run_writers(spec, agent=agent)
@@ -799,6 +838,8 @@ def run_one(spec, agent):
                 shutil.rmtree(capture)
         if PEER is not None:
             end_together(spec, result)
+        if spec.get("clients"):
+            result["ranks"] = job_ranks(spec, ranks)
         if spec.get("ftrace") and node_of(spec) == 1:
             ftrace_stop(spec["ftrace"])
         result["link_after"] = snapshot("after", spec)

@@ -81,7 +81,8 @@ def parser():
     ap.add_argument("--nodes", type=int, choices=(1, 2), default=1,
                     help="2: a second client VM (node 2) against node 1's server, joined by qemu's stream "
                          "networking over a unix socket; the ranks split in order between the nodes, each node "
-                         "with its own agent and capture (node 2's results in OUT/node2)")
+                         "with its own agent and capture (node 2's results in OUT/node2); with --client one "
+                         "torchrun job over both nodes")
     ap.add_argument("--node-rate-mbit", type=node_rate, action="append", default=[], metavar="NODE:MBIT",
                     help="tbf rate limit of one node's link, each direction (repeatable): a straggler node")
     ap.add_argument("--write-size", type=int, default=1 << 20, help="bytes per write()")
@@ -169,9 +170,9 @@ def check(ap, a):
     for ev in a.ftrace:
         if ev.count(":") != 1 or "/" in ev or ".." in ev:
             ap.error(f"--ftrace {ev!r}: want SYSTEM:EVENT")
-    if a.nodes > 1 and (a.ranks % a.nodes or a.server_freeze_at is not None or a.client
+    if a.nodes > 1 and (a.ranks % a.nodes or a.server_freeze_at is not None
                         or a.compare_agent is not None or a.agent_user):
-        ap.error("--nodes 2: --ranks a multiple of the nodes; no --server-freeze-at, --client, --compare-agent "
+        ap.error("--nodes 2: --ranks a multiple of the nodes; no --server-freeze-at, --compare-agent "
                  "or --agent-user")
     for node, mbit in a.node_rate_mbit:
         if not 1 <= node <= a.nodes or mbit <= 0:

@@ -102,14 +102,18 @@ NAMED = {
     # ... and on a saturating one: 2 slots of 32 KiB WRITEs per 20 ms round trip, a ceiling of
     # 2 x 32 KiB / 20 ms = 3.2 MB/s, well under what the emulated CPU writes (the test checks).
     "clients_saturated": ["--nfs-vers", "3", "--slots", "2", "--wsize", "32768", "--delay-ms", "10", *CLIENTS],
-    # One job over two nodes (a pair of VMs of its own): ranks 0-3 on node 1 (the server's VM),
-    # 4-7 on node 2, whose link is held to 5 Mbit/s: its 4 MiB of fsync'ed 1 MiB writes take
-    # 6.7 s or more, node 1's 0.2-1.3 s (idle to loaded host; at 10 Mbit/s the ratio was 3.5x
-    # loaded, against straggler_node's 2x). ftrace of svc_process on the server gives the
-    # server's receipt of each of node 2's RPCs, which bounds the clocks' offset
-    # (test_two_nodes.py).
-    "two_nodes": ["--nodes", "2", "--node-rate-mbit", "2:5", "--nfs-vers", "4.2", "--ranks", "8",
-                  "--write-size", "1048576", "--mode", "fsync", "--file-mb", "1", "--ftrace", "sunrpc:svc_process",
+    # One torchrun job over two nodes (a pair of VMs of its own; guest/clients.py): ranks 0-3 on
+    # node 1 (the server's VM), 4-7 on node 2 (static rendezvous), gloo across the link. Each rank
+    # saves 1 MiB with torch.save, then with DCP 12 s later (more than save_gap_s). Node 2's link
+    # is held to 3 Mbit/s: its 4 MiB a save take 11 s or more; torch.save's ranks end on their own,
+    # node 1's in 3.4 s on a host at load 6 (at 5 Mbit/s node 2's were 2.9x later, against
+    # straggler_node's 2x). DCP's collective save ends on every rank at once, so no node can be
+    # named late in it. ftrace of svc_process on the server gives the server's receipt of each of
+    # node 2's RPCs, which bounds the clocks' offset (test_two_nodes.py). Without --client the
+    # pair runs the rig's writers (by hand: a kernel whose image has no torch).
+    "two_nodes": ["--nodes", "2", "--node-rate-mbit", "2:3", "--nfs-vers", "4.2", "--ranks", "8",
+                  "--state-mb", "1", "--save-every", "12", "--client", "torch-save", "--client", "dcp",
+                  "--ftrace", "sunrpc:svc_process",
                   "--agent-start-timeout", "600"],     # two BCC compiles at once: 115-121 s on an idle host, > 240 s on a busy one
     # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
     # timeo makes the client log "not responding" (and "OK") within the freeze.
