@@ -8,6 +8,7 @@ and the two captures' clocks line up within 5 ms, checked against what the serve
 2's RPCs."""
 import json
 import re
+import statistics
 import subprocess
 import sys
 
@@ -79,15 +80,22 @@ def test_the_rate_limited_node_is_the_straggler_of_the_torch_save(report):
     print(f"{torch_save['what']}: {f['summary']}")
 
 
-def test_no_node_is_named_late_in_the_collective_dcp_save(report):
-    """DCP's save is collective: every rank's ends with the job's (after the coordinator's
-    .metadata, each rank opens the directory last), and under TCG node 1's ranks' own writes took
-    about as long as node 2's through its link (8 s against 5-10 s). No node ends late, and none
-    is named: a straggler_node here would be a wrong one."""
+def test_the_dcp_save_names_no_node_but_the_rate_limited_one(report):
+    """DCP's save is collective: it ends with rank 0's .metadata, after every rank's shards. Whether
+    node 2 is late in it depends on node 1's shard writes, CPU-bound under TCG: on a host at load 6
+    they took about as long as node 2's through its link (8 s against 5-10 s at 5 Mbit/s: no node
+    named); on a quiet host 2 s against 8-13 s at 3 Mbit/s (node 2 named: rank 0's .metadata
+    waited for it). Either way node 1 is never named, and a node named is one whose ranks' median
+    end is at least twice the other's in the rank table of the save."""
     dcp = report["saves"][1]
-    ends = [r["seconds"] for r in dcp["by_rank"]]
-    assert not [f for f in dcp["findings"] if f["kind"] == "straggler_node"], dcp["findings"]
-    print(f"{dcp['what']}: verdict {dcp['verdict']}; rank save times {min(ends):.1f}-{max(ends):.1f} s")
+    named = [f for f in dcp["findings"] if f["kind"] == "straggler_node"]
+    ends = {host: statistics.median(r["seconds"] for r in dcp["by_rank"] if r["host"] == host)
+            for host in ("node1", "node2")}
+    for f in named:
+        assert f["ranks"] == [4, 5, 6, 7] and [n["host"] for n in f["evidence"]["nodes"]] == ["node2"], f
+        assert ends["node2"] >= 2 * ends["node1"], (ends, f)
+    print(f"{dcp['what']}: verdict {dcp['verdict']}; median rank save node1 {ends['node1']:.1f} s, "
+          f"node2 {ends['node2']:.1f} s")
 
 
 def utc_offset(meta):
