@@ -179,6 +179,25 @@ def _rerun(saves: list[dict]) -> dict | None:
                 f"{v} in {'save' if len(n) == 1 else 'saves'} {rank_ranges(n)}" for v, n in by_verdict.items())}
 
 
+def _verdict_of_the_saves(result: dict) -> None:
+    """A recording healthy as a whole can hold saves that are not: a job's ranks end together at
+    its last save (or its end) while one node was late in each save. The saves' verdict is then the
+    recording's, the most severe first (then the most frequent), with `verdict_saves` naming the
+    saves it comes from and a note saying so."""
+    stalled = [s for s in result["saves"] if s["verdict"] not in (None, "healthy")]
+    if result["verdict"] != "healthy" or not stalled:
+        return
+    rank = {"critical": 0, "warning": 1}
+    def weight(v: str) -> tuple:
+        mine = [s for s in stalled if s["verdict"] == v]
+        return (min(rank.get(s["findings"][0]["severity"], 2) if s["findings"] else 2 for s in mine), -len(mine))
+    result["verdict"] = min(dict.fromkeys(s["verdict"] for s in stalled), key=weight)
+    result["verdict_saves"] = [s["number"] for s in stalled if s["verdict"] == result["verdict"]]
+    result["notes"].insert(0, f"the recording as a whole is healthy, its saves are not: the verdict is that of "
+                              f"{'save' if len(result['verdict_saves']) == 1 else 'saves'} "
+                              f"{rank_ranges(result['verdict_saves'])} (see each save's findings)")
+
+
 def separate_note(sep: dict) -> str:
     """The note on one host's captures that do not overlap in time (Job.separate_recordings)."""
     names = [" + ".join(r) for r in sep["recordings"]]
@@ -322,6 +341,7 @@ def analyze(job: Job, version: str, thresholds: Thresholds | None = None,
         result["save_trend"] = trend(result["saves"])
         if len(result["saves"]) > 1:
             _fixes_of_slowest(result)
+        _verdict_of_the_saves(result)
     result["checklist"] = checklist(result, window)
     result["kernel_check"] = kernel_check(job, rpc)
     off = [k for k in result["kernel_check"] if abs(k["captured"] - k["kernel_ops"]) > 0.01 * k["kernel_ops"]]

@@ -16,7 +16,8 @@ from slotscope.capture.safepath import create_file
 from .job import Job, utc_ns
 from .losses import loss_when
 from . import evidence, whatif
-from .report_text import clock_text, confidence_line, finding_when, headline, rank_ranges, slowest_rank
+from .report_text import (clock_text, confidence_line, finding_when, headline, rank_ranges, slowest_rank,
+                          verdict_findings, verdict_line)
 from .rpcs import COLUMN_LEGEND, SPLIT, split
 from .units import clock, ms, number, pct, plural, rate, round_rate, seconds, size
 
@@ -49,7 +50,7 @@ def _severity(result: dict) -> str:
         return "none"
     if result["verdict"] == "healthy":
         return "healthy"
-    sev = [f["severity"] for f in result["findings"]]
+    sev = [f["severity"] for f in verdict_findings(result)]
     return next((s for s in SEVERITY_ORDER if s in sev), "info")
 
 
@@ -264,9 +265,7 @@ def write_page(text: str, path: str) -> None:
 def _page(result: dict, plots: dict[str, Plot]) -> str:
     sev = _severity(result)
     verdict = result["verdict"] or "nothing to assess"
-    head = f"verdict: {verdict}"
-    if result["findings"] and result["verdict"] not in (None, "healthy"):
-        head += f" ({result['findings'][0]['severity']})"
+    head = verdict_line(result)
     sub = headline(result)
     hosts = sorted({c["host"] or "?" for c in result["captures"]})
     title = f"slotscope: {verdict} ({', '.join(hosts)})" if hosts else f"slotscope: {verdict}"

@@ -208,12 +208,25 @@ def _save_rows(saves: list[dict], trend: dict | None) -> list[str]:
     return out
 
 
+def verdict_findings(result: dict) -> list[dict]:
+    """The findings the verdict is made of: the recording's, or those of the first save it comes
+    from (verdict_saves: the recording as a whole was healthy)."""
+    if result.get("verdict_saves"):
+        return next(s["findings"] for s in result["saves"] if s["number"] == result["verdict_saves"][0])
+    return result["findings"]
+
+
+def verdict_line(result: dict) -> str:
+    head = f"verdict: {result['verdict'] or 'nothing to assess'}"
+    findings = verdict_findings(result)
+    if findings and result["verdict"] not in (None, "healthy"):
+        head += f" ({findings[0]['severity']})"
+    return head
+
+
 def render_text(result: dict) -> str:
     findings = result["findings"]
-    head = f"verdict: {result['verdict'] or 'nothing to assess'}"
-    if findings and result["verdict"] != "healthy":
-        head += f" ({findings[0]['severity']})"
-    out = [head]
+    out = [verdict_line(result)]
     sub = headline(result)
     if sub:
         out.append(sub)

@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from slotscope.analyzer.job import utc_ns
 from slotscope.analyzer.rank_detail import RankDetail
-from slotscope.analyzer.report_text import finding_lines, rank_ranges
+from slotscope.analyzer.report_text import finding_lines, rank_ranges, verdict_line
 from slotscope.analyzer.rpcs import COLUMN_LEGEND, REST, SPLIT, split
 from slotscope.analyzer.thresholds import Thresholds
 from slotscope.analyzer.units import clock, ms, pct, pids, plural, rate, round_rate, seconds, size
@@ -137,10 +137,7 @@ def banner_text(view: Overview, following: bool, playing: bool, now: float | Non
     names = sorted({c["host"] or "?" for c in result["captures"]})
     hosts = ", ".join(names) if len(names) <= MAX_HOSTS else f"{names[0]} … {names[-1]} ({len(names):,} hosts)"
     lost = sum(c["lost_events"] for c in result["captures"])
-    verdict = result["verdict"] or "nothing to assess"
-    style = {"healthy": "b green", "nothing to assess": "b yellow"}.get(verdict, "b red")
-    if result["findings"] and result["verdict"] not in (None, "healthy"):
-        verdict += f" ({result['findings'][0]['severity']})"
+    style = {"healthy": "b green", None: "b yellow"}.get(result["verdict"], "b red")
     cursor = f"cursor {seconds(tl.cursor_ns, 1, unit=True)} / {seconds(tl.span_ns, 1, unit=True)}"
     if not view.settled:            # the cursor moves: the rank rows follow it, the findings when it rests
         cursor += f" [yellow](findings as of {seconds(view.analysis_ns, 1, unit=True)})[/]"
@@ -156,7 +153,7 @@ def banner_text(view: Overview, following: bool, playing: bool, now: float | Non
         state = "[b]REPLAY[/]" + (" playing" if playing else "")
         when = [_recorded(result, tl.cursor_ns, now)]
     return Flow.of(
-        Para.of(f"[{style}]verdict: {escape(verdict)}[/]", f"host {escape(hosts)}", plural(len(view.ranks), "rank"),
+        Para.of(f"[{style}]{escape(verdict_line(result))}[/]", f"host {escape(hosts)}", plural(len(view.ranks), "rank"),
                 f"[{'b red' if lost else 'dim'}]{plural(lost, 'event')} lost[/]"),
         Para.of(state, cursor, *when),
         *(Para.of(f"[dim]note: {escape(n)}[/]") for n in result["notes"]),

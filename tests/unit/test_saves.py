@@ -85,3 +85,32 @@ def test_analyze_one_save_of_the_recording(build_capture):
     assert save["what"] == "torch.save checkpoint step_2/: 2 files (r201.pt, r202.pt)"
     assert sum(r["bytes_written"] for r in result["ranks"]) == 8 * 2**20
     assert_one_line_error(run_slotscope("analyze", "--save", "4", cap), "--save 4", "holds 3 saves (1-3)")
+
+
+def test_a_recording_healthy_as_a_whole_takes_the_verdict_of_its_saves():
+    """A job's ranks end together at its end while one node was late in each save: the
+    recording's verdict is the saves', the most severe first, with the saves it comes from and
+    a note; the renderers' verdict line takes its severity from those saves."""
+    from slotscope.analyzer.analysis import _verdict_of_the_saves
+    from slotscope.analyzer.report_text import verdict_line
+
+    def finding(kind, severity):
+        return {"kind": kind, "severity": severity}
+    saves = [_save(1, 12.2, "straggler_node", findings=[finding("straggler_node", "warning")]),
+             _save(2, 9.0, "healthy", findings=[]),
+             _save(3, 13.6, "straggler_node", findings=[finding("straggler_node", "warning")]),
+             _save(4, 20.0, "slot_saturation", findings=[finding("slot_saturation", "critical")])]
+    result = {"verdict": "healthy", "findings": [], "saves": saves, "notes": []}
+    _verdict_of_the_saves(result)
+    assert result["verdict"] == "slot_saturation" and result["verdict_saves"] == [4]
+    assert verdict_line(result) == "verdict: slot_saturation (critical)"
+    assert result["notes"][0].startswith("the recording as a whole is healthy, its saves are not: ")
+    result = {"verdict": "healthy", "findings": [], "saves": saves[:3], "notes": []}
+    _verdict_of_the_saves(result)
+    assert result["verdict"] == "straggler_node" and result["verdict_saves"] == [1, 3]
+    assert verdict_line(result) == "verdict: straggler_node (warning)"
+    # a recording with a verdict of its own keeps it; healthy saves change nothing
+    for verdict, kept in (("flush_commit_stall", saves), ("healthy", saves[1:2])):
+        result = {"verdict": verdict, "findings": [], "saves": kept, "notes": []}
+        _verdict_of_the_saves(result)
+        assert result["verdict"] == verdict and "verdict_saves" not in result and not result["notes"]

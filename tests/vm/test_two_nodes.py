@@ -74,6 +74,8 @@ def test_the_rate_limited_node_is_the_straggler_of_the_torch_save(report):
     end late together: straggler_node, with node 2's ranks and server."""
     torch_save, dcp = report["saves"]
     assert torch_save["verdict"] == "straggler_node", [f["kind"] for f in torch_save["findings"]]
+    # the job's verdict too: as a whole its ranks end together, at the DCP save's end
+    assert report["verdict"] == "straggler_node" and 1 in report.get("verdict_saves", [1]), report["notes"]
     [f] = [f for f in torch_save["findings"] if f["kind"] == "straggler_node"]
     assert f["ranks"] == [4, 5, 6, 7] and [n["host"] for n in f["evidence"]["nodes"]] == ["node2"]
     assert f["servers"] == ["10.0.1.1:2049"]
