@@ -230,3 +230,12 @@ def test_transport_metrics_sum_the_clients_as_the_analyzer_does():
     got = _scrape(m)
     for name, value in want.items():
         assert got[f'slotscope_transport_{name}_seconds_total{{server="10.0.0.1:2049"}}'] == pytest.approx(value, rel=1e-9)
+
+
+def test_the_endpoint_serves_before_the_probes_are_loaded(tmp_path):
+    """watch serves its metrics from its start, while BCC compiles (a minute under the VM's TCG):
+    a scrape then answers, with no event read yet. It raised AttributeError on every scrape of the
+    VM's first watched boot until the capture had started."""
+    from slotscope.agent.watch import Watcher, WatchOptions
+    got = _scrape(Watcher(WatchOptions(output=str(tmp_path / "out")), ["slotscope", "watch"]).metrics)
+    assert got["slotscope_events_total"] == 0 and got["slotscope_flight_recorder_seconds"] == 0
