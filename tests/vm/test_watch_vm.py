@@ -5,8 +5,6 @@ forwarded port. Exactly one incident comes of it, the storm's, whose report says
 and Prometheus' answers are what that incident's capture holds."""
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -60,17 +58,9 @@ def test_one_incident_the_storms(watched):
     first = pc.min(mine["ts_enter"]).as_py()
     assert fired - first >= incident["threshold"] * 1e9 and incident["before_s"] >= (fired - first) / 1e9
 
-    # watch's own analysis (in the guest) says slot_saturation, of the storm's ranks; analysed again
-    # here it names them all. (In the guest, ranks 2-5's WRITEs went uncharged to any rank in one
-    # run: the same files analysed on the host charge each to its rank; see tests/vm/README.md.)
     report = json.loads((path / "report.json").read_text())
     assert report["verdict"] == "slot_saturation", [(f["kind"], f["severity"]) for f in report["findings"]]
     [f] = [f for f in report["findings"] if f["kind"] == "slot_saturation"]
-    assert f["ranks"] and set(f["ranks"]) <= {r["rank"] for r in storm}
-    again = subprocess.run([sys.executable, "-m", "slotscope.cli", "analyze", "--json", str(path)],
-                           capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr
-    [f] = [f for f in json.loads(again.stdout)["findings"] if f["kind"] == "slot_saturation"]
     assert f["ranks"] == sorted(r["rank"] for r in storm)
     assert (path / "report.txt").read_text().startswith("verdict: slot_saturation")
     assert (path / "report.html").read_text().startswith("<!DOCTYPE html>")
