@@ -68,19 +68,23 @@ class Blocked:
 
 class SlotFull:
     """How long each transport's slot table has been full: tasks asleep on xprt_backlog
-    (`slots` rows, backlog > 0) since the first such sample, until one shows none waiting."""
+    (`slots` rows, backlog > 0) since the first such sample, until none waits. A transport's
+    waiters are those of all its RPC clients (a mount's nfs and nfsacl clients share it): an
+    nfsacl sample with none waiting does not end the nfs client's wait."""
 
     def __init__(self):
         self.since: dict[str, int] = {}     # server -> ts of the first full sample of this run
+        self.waiting: dict[tuple[str, int], int] = {}   # (server, RPC client) -> its last sample's backlog
 
     def feed(self, slots: pa.Table | None) -> None:
         if slots is None or not slots.num_rows:
             return
         order = np.argsort(slots["ts"].to_numpy(), kind="stable")
-        servers = slots["server"].to_pylist()
+        servers, clients = slots["server"].to_pylist(), slots["client_id"].to_pylist()
         ts, backlog = slots["ts"].to_numpy(), slots["backlog"].to_numpy()
         for i in order.tolist():
-            if backlog[i] > 0:
+            self.waiting[servers[i], clients[i]] = int(backlog[i])
+            if any(n > 0 for (server, _), n in self.waiting.items() if server == servers[i]):
                 self.since.setdefault(servers[i], int(ts[i]))
             else:
                 self.since.pop(servers[i], None)

@@ -61,7 +61,8 @@ class Metrics:
         self._process_written: dict[tuple[str, str, str], int] = {}   # (pid, comm, rank) -> bytes
         self._idents: dict[int, tuple[str, str]] = {}            # tgid -> (comm, rank)
         self._occupancy: dict[str, dict[str, float]] = {name: {} for name in OCCUPANCY}   # -> server -> s
-        self._last_slots: dict[str, tuple[int, int, int]] = {}  # server -> (ts, in_use, backlog) of its last sample
+        self._transports: dict[str, list[int]] = {}             # server -> [ts, in_use, backlog] since its last sample
+        self._clients: dict[tuple[str, int], tuple[int, int]] = {}  # (server, RPC client) -> its last (in_use, backlog)
         self._lost: dict[str, int] = {}
         self._incidents: dict[str, int] = {}
         self._mounts: dict[int, str] = {}                       # dev -> mount point
@@ -131,18 +132,24 @@ class Metrics:
             self._histogram(name, labels, done[column].fill_null(0).to_numpy())
 
     def _slots(self, rows: pa.Table) -> None:
-        """Each sample's values hold until the server's next sample (from this batch or the next)."""
-        order = rows.sort_by("ts").select(["server", "ts", "in_use", "backlog"]).to_pylist()
+        """A transport's occupancy is the sum over its RPC clients (a mount's nfs and nfsacl clients
+        share it, as analyzer/transports.py sums them), each client's sample holding until its next;
+        the sums hold until the server's next sample (from this batch or the next)."""
+        order = rows.sort_by("ts").select(["server", "client_id", "ts", "in_use", "backlog"]).to_pylist()
         in_use, backlog, full = (self._occupancy[n] for n in OCCUPANCY)
         for r in order:
             server = r["server"] or "?"
-            last = self._last_slots.get(server)
-            if last is not None:
-                dt = (r["ts"] - last[0]) / 1e9
-                in_use[server] = in_use.get(server, 0.0) + last[1] * dt
-                backlog[server] = backlog.get(server, 0.0) + last[2] * dt
-                full[server] = full.get(server, 0.0) + (dt if last[2] > 0 else 0.0)
-            self._last_slots[server] = (r["ts"], r["in_use"], r["backlog"])
+            now = self._transports.get(server)
+            if now is not None:
+                dt = (r["ts"] - now[0]) / 1e9
+                in_use[server] = in_use.get(server, 0.0) + now[1] * dt
+                backlog[server] = backlog.get(server, 0.0) + now[2] * dt
+                full[server] = full.get(server, 0.0) + (dt if now[2] > 0 else 0.0)
+            else:
+                now = self._transports[server] = [0, 0, 0]
+            was = self._clients.get((server, r["client_id"]), (0, 0))
+            self._clients[server, r["client_id"]] = (r["in_use"], r["backlog"])
+            now[:] = [r["ts"], now[1] + r["in_use"] - was[0], now[2] + r["backlog"] - was[1]]
 
     def _process_key(self, tgid: int) -> tuple[str, str, str]:
         comm, rank = self._idents.get(tgid, ("", ""))

@@ -81,6 +81,7 @@ class Watcher(Recorder):
         super().__init__(opts, argv)
         self.journal = journal_stderr()
         self.metrics = Metrics(per_process=bool(opts.per_process), process_cap=opts.per_process or PROCESS_CAP)
+        self.events = 0     # none read yet: the endpoint serves from open(), while the probes compile
         self.metrics.events = lambda: self.events
         self.metrics.flight = self._held
         self.arming = Arming(opts.triggers, opts.rearm)

@@ -5,20 +5,16 @@ import math
 import os
 import queue
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import pyarrow.compute as pc
 import pytest
 
+import prom
 from dashboard import SOURCES, panel_queries, promql
 from slotscope.capture.reader import Capture
 
@@ -38,12 +34,6 @@ p = os.open(fifo, os.O_RDWR)          # O_RDWR: the open does not wait for a rea
 while True:
     os.write(p, b"x" * 65536)         # the pipe's 64 KiB fill: the second write blocks for good
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Watch:
@@ -211,20 +201,6 @@ def test_the_units_capabilities_are_enough(tmp_path):
     assert [f["syscalls"] for f in report["findings"] if f["kind"] == "hung_tasks"] == [["write"]]
 
 
-PROMETHEUS = shutil.which("prometheus")
-
-
-def _promql(port: int, query: str, at: float) -> list:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"})
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            answer = json.load(r)
-    except urllib.error.HTTPError as exc:       # a query it refuses: its body says why
-        answer = json.load(exc)
-    assert answer["status"] == "success", (query, answer)
-    return answer["data"]["result"]
-
-
 SERVER = "10.0.0.2:2049"
 SLOT_WAIT_S, EXECUTE_S = 0.030, 0.045
 
@@ -243,12 +219,7 @@ def _saturated_transport(metrics, stop: threading.Event) -> None:
                                                       "execute_ns": int(EXECUTE_S * 1e9)}], schema=RPC))
 
 
-def _values(result: list) -> dict[str, float]:
-    """A PromQL answer as {its series' labels: value}."""
-    return {",".join(f"{k}={v}" for k, v in sorted(r["metric"].items())): float(r["value"][1]) for r in result}
-
-
-@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus (apt-get install prometheus; dev.sh setup does)")
+@pytest.mark.skipif(prom.PROMETHEUS is None, reason="no prometheus (apt-get install prometheus; dev.sh setup does)")
 def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
     """Debian's Prometheus scrapes watch's endpoint every second while a process writes 4 KiB
     every 10 ms for 12 s, then blocks (the incident: it holds the whole run). PromQL's answers
@@ -265,19 +236,12 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
     from slotscope.agent.metrics import Metrics, serve
 
     out = _setup(tmp_path)
-    metrics, nfs, web = _free_port(), _free_port(), _free_port()
-    targets = {"watch": f"127.0.0.1:{metrics}", "nfs": f"127.0.0.1:{nfs}"}
-    config = tmp_path / "prometheus.yml"
-    config.write_text(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                      f"scrape_configs:\n  - job_name: slotscope\n    static_configs:\n"
-                      f"      - targets: {sorted(targets.values())}\n")
+    targets = {"watch": f"127.0.0.1:{prom.free_port()}", "nfs": f"127.0.0.1:{prom.free_port()}"}
     transport, stop = Metrics(), threading.Event()
     server = serve(transport, targets["nfs"])
     feeder = threading.Thread(target=_saturated_transport, args=(transport, stop), daemon=True)
     feeder.start()
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{web}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prometheus, web = prom.start(tmp_path / "tsdb", targets.values())
     watch = Watch("--out", str(out), "--path", str(tmp_path / "data"), "--trigger", "blocked_s=2",
                   "--after", "2", "--metrics", targets["watch"])
     writer = None
@@ -290,11 +254,11 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
         watch.wait_for("written and", timeout=180)
         time.sleep(3)       # the last rows scraped
         now = time.time()
-        total = _promql(web, 'sum(slotscope_written_bytes_total)', now)
+        total = prom.query(web, 'sum(slotscope_written_bytes_total)', now)
         # Each panel as Grafana asks for it over the run, of the target its series come from.
         run = int(now - began) + 1
-        panels = {title: _values(_promql(web, promql(expr, run, targets["nfs" if SOURCES[title] == "nfs" else "watch"]),
-                                         now))
+        panels = {title: prom.values(prom.query(
+                      web, promql(expr, run, targets["nfs" if SOURCES[title] == "nfs" else "watch"]), now))
                   for title, expr in panel_queries().items()}
         cap = Capture.open(_the_incident(out))
         rows = cap.read("syscall")
@@ -303,11 +267,11 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
         ours = (rows["path"].to_numpy(zero_copy_only=False) == str(tmp_path / "data" / "f.bin"))
         written = rows["bytes"].fill_null(0).to_numpy()
         mid = utc_s[ours].min() + 9
-        rate = _promql(web, promql(panel_queries()["Bytes written per second, by mount"], 6, targets["watch"]), mid)
-        raw = _promql(web, "slotscope_written_bytes_total[6s]", mid)
+        rate = prom.query(web, promql(panel_queries()["Bytes written per second, by mount"], 6, targets["watch"]), mid)
+        raw = prom.query(web, "slotscope_written_bytes_total[6s]", mid)
         assert watch.stop() == 0, "".join(watch.log)
     finally:
-        for p in (writer, watch.proc, prom):
+        for p in (writer, watch.proc, prometheus):
             if p and p.poll() is None:
                 p.kill()
                 p.wait()
@@ -321,7 +285,7 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
     # trails them by a drain and a scrape)
     slope = sum((float(r["values"][-1][1]) - float(r["values"][0][1])) / (r["values"][-1][0] - r["values"][0][0])
                 for r in raw if len(r["values"]) > 1)
-    assert slope > 0 and sum(_values(rate).values()) == pytest.approx(slope, rel=0.1)
+    assert slope > 0 and sum(prom.values(rate).values()) == pytest.approx(slope, rel=0.1)
     assert panels["Incidents, by trigger"] == {"trigger=blocked_s": 1}
     for title, values in panels.items():
         if SOURCES[title] != "none":

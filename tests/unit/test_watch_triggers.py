@@ -114,6 +114,20 @@ def test_slot_full_runs_per_server():
     assert full.longest(2_000) == (0, None)
 
 
+def test_slot_full_counts_every_client_of_the_transport():
+    """A mount's nfsacl client shares the nfs client's transport: its sample with none waiting
+    (a GETACL in the middle of a storm, as in the VM's saturated captures) does not end the run
+    of the nfs client's waiters."""
+    full = SlotFull()
+    rows = lambda r: pa.Table.from_pylist(  # noqa: E731
+        [{"ts": ts, "backlog": b, "server": "a", "in_use": 0, "session_wait": 0, "sending": 0, "pending": 0,
+          "client_id": c} for ts, b, c in r], schema=SLOTS)
+    full.feed(rows([(100, 4, 3), (200, 1, 4), (300, 0, 4), (400, 4, 3)]))
+    assert full.longest(1_100) == (1_000, "a")
+    full.feed(rows([(500, 0, 3)]))
+    assert full.longest(1_200) == (0, None)
+
+
 def test_not_responding_line():
     rows = pa.Table.from_pylist([{"ts": 1, "level": 4, "message": "nfs: server 10.0.0.2 OK"},
                                  {"ts": 2, "level": 4, "message": "nfs: server 10.0.0.2 not responding, still trying"}],

@@ -43,7 +43,7 @@ def _reusable(out, spec):
     rec = _read_json(out / "scenario.json")
     return bool(rec and rec.get("spec") == spec and rec.get("source_key") == source_key()
                 and rec.get("server_bytes") == expected_bytes(spec, rec.get("ranks", ())) and not (out / "error.txt").exists()
-                and (not spec["agent"] or (out / "capture" / "meta.json").exists()))
+                and (not spec["agent"] or (out / ("prometheus" if spec.get("watch") else "capture/meta.json")).exists()))
 
 
 def _read_json(path):
@@ -262,3 +262,6 @@ flush_stall_sampled = _named("flush_stall_sampled")
 unconstrained_sampled = _named("unconstrained_sampled")
 # One torchrun job over two nodes, a pair of VMs (test_two_nodes.py).
 two_nodes = _named("two_nodes")
+# `slotscope watch` across a saturating storm and a healthy save, Prometheus on the host scraping it
+# (test_watch_vm.py): a boot of its own.
+watched = _named("watched")

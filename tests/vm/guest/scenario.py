@@ -44,6 +44,7 @@ RANKS_CODE = Path("/opt/rig")   # the ranks' scripts, copied out of the root-onl
 LOCAL = Path("/var/local-ckpt")  # --local-then-copy: the client's local disk, a tmpfs
 CAPTURE = Path("/var/tmp/capture")  # local disk: never onto the traced mount
 CAPTURES = "/var/tmp/capture-{n}"  # the boot's agent: one capture per scenario, and one between each two
+INCIDENTS = Path("/var/tmp/incidents")  # --watch: watch's --out
 T0 = time.monotonic()
 timings = {}
 PEER = None     # with two nodes: node 1's nodes.Peer, node 2's nodes.Control
@@ -145,7 +146,7 @@ def install_project():
 @timed("modules")
 def load_modules(spec):
     for m in ("sunrpc", "nfsd", "nfs", "nfsv3", "nfsv4", "veth", "sch_netem", "sch_tbf",
-              *(["virtio_net"] if spec.get("nodes", 1) > 1 else [])):
+              *(["virtio_net"] if spec.get("nodes", 1) > 1 or spec.get("watch") else [])):
         sh("modprobe", m)
 
 
@@ -210,9 +211,21 @@ def make_link(spec):
     sh(*CLI, "ip", "addr", "add", f"{CLIENT}/24", "dev", "veth1")
     sh(*CLI, "ip", "link", "set", "veth1", "up")
     sh(*CLI, "ip", "link", "set", "lo", "up")
+    if spec.get("watch"):
+        metrics_nic(spec)
     if spec.get("nodes", 1) > 1:    # node 1 forwards between its client and node 2
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
         sh(*CLI, "ip", "route", "add", "10.0.1.0/24", "via", SERVER)
+
+
+def metrics_nic(spec):
+    """--watch: the NIC of qemu's user-mode network (vmrig/vm.py metrics_nic: nothing reaches out
+    through it; the host reaches the metrics port alone) goes to the client namespace, where watch
+    serves its metrics, with the address the host forwards to."""
+    addr = spec["metrics"].rpartition(":")[0]
+    sh("ip", "link", "set", "eth0", "netns", "cli")
+    sh(*CLI, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
+    sh(*CLI, "ip", "link", "set", "eth0", "up")
 
 
 def ranks_device(spec):
@@ -363,17 +376,34 @@ def exit_status(rc):
     return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
 
 
+# watch analyses its incidents in the guest, the only analysis the rig runs there: under TCG
+# (-cpu max, QEMU 7.2's AVX2) pyarrow's AVX2 kernels charged four of the watched storm's eight
+# ranks none of their WRITEs (two runs) or died with SIGSEGV in acero's group_by (two of two
+# analyses of that incident), where with its scalar kernels the analysis charged all eight, as
+# on the host. Watch and its analysis (a child) get the scalar ones.
+ARROW_SCALAR = {"ARROW_USER_SIMD_LEVEL": "NONE"}
+
+
 class Agent:
     """`slotscope record` in the client namespace; ready once it says "recording to" the
-    capture wanted. With `path` holding {n}, next() ends the capture and starts the next."""
+    capture wanted. With `path` holding {n}, next() ends the capture and starts the next. With
+    --watch, `slotscope watch` serving its metrics at the address the host forwards to: ready once
+    it says "watching"; it opens, writes and analyses incidents in INCIDENTS on its own."""
 
     def __init__(self, spec, path=CAPTURE):
         self.log = open(RESULTS / "agent.log", "w")     # copied into each scenario's results
         self.path, self.number = str(path), 1
-        cmd = [*CLI, *as_user(spec), "slotscope", "record", "-o", self.path, "--fs", "nfs", *spec["agent_args"]]
+        if spec.get("watch"):
+            cmd = [*CLI, "slotscope", "watch", "--out", str(INCIDENTS), "--fs", "nfs", "--metrics", spec["metrics"],
+                   *spec["agent_args"]]
+        else:
+            cmd = [*CLI, *as_user(spec), "slotscope", "record", "-o", self.path, "--fs", "nfs", *spec["agent_args"]]
+        self.watching = bool(spec.get("watch"))
         log(f"agent: {' '.join(cmd)}")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=dict(os.environ, **(ARROW_SCALAR if self.watching else {})))
         self.recording = None       # the capture it last said it records to
+        self.lines = []             # all it said
         self.said = threading.Condition()
         threading.Thread(target=self._read_output, daemon=True).start()
 
@@ -385,30 +415,51 @@ class Agent:
         for line in self.proc.stdout:
             self.log.write(line)
             self.log.flush()
-            if "recording to " in line:
-                with self.said:
+            with self.said:
+                self.lines.append(line)
+                if "recording to " in line:
                     self.recording = line.split("recording to ", 1)[1].split(" ", 1)[0]
-                    self.said.notify_all()
+                self.said.notify_all()
 
     def tail(self):
         self.log.flush()
         return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-20:])
 
-    def _wait_recording(self, timeout, what):
+    def _wait(self, done, timeout, what, wanted):
+        """Until done() holds (under the lock of what the agent said); a dead agent or the
+        timeout fails the scenario."""
         deadline = time.monotonic() + timeout
         with self.said:
-            while self.recording != str(self.capture):
+            while not done():
                 self.said.wait(0.5)
                 if self.proc.poll() is not None:
                     raise ScenarioError(f"agent {exit_status(self.proc.returncode)} before {what}:\n{self.tail()}")
                 if time.monotonic() > deadline:
                     self.proc.kill()
-                    raise ScenarioError(f"agent did not say 'recording to {self.capture}' within {timeout} s "
-                                        f"({what}):\n{self.tail()}")
+                    raise ScenarioError(f"agent did not say {wanted} within {timeout} s ({what}):\n{self.tail()}")
+
+    def _wait_recording(self, timeout, what):
+        self._wait(lambda: self.recording == str(self.capture), timeout, what, f"'recording to {self.capture}'")
 
     @timed("agent_start")
     def wait_ready(self, timeout):
-        self._wait_recording(timeout, "recording")
+        if self.watching:
+            self._wait(lambda: any(" slotscope: watching (" in line for line in self.lines), timeout, "watching",
+                       "'watching'")
+        else:
+            self._wait_recording(timeout, "recording")
+
+    def wait_incidents(self, timeout):
+        """--watch: until no incident is open: each one it said it opened has been written and
+        analysed (or failed: a warning naming it). Two drains first, so that an incident opened by
+        the rows of the writers' last moments is seen."""
+        from slotscope.agent.probes import DRAIN_EVERY
+        time.sleep(2 * DRAIN_EVERY)
+
+        def settled():
+            said = "".join(self.lines)
+            return said.count(" opened: ") == said.count(" written and ") + said.count("warning: incident ")
+        self._wait(settled, timeout, "its incidents were written and analysed", "each incident written and analysed")
 
     def next(self, timeout):
         """End the capture (returned, complete) and start the next."""
@@ -419,13 +470,13 @@ class Agent:
         return done
 
     @timed("agent_stop")
-    def stop(self, timeout):
-        self.proc.send_signal(signal.SIGINT)
+    def stop(self, timeout, how=signal.SIGINT):
+        self.proc.send_signal(how)
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise ScenarioError(f"agent still running {timeout} s after SIGINT:\n{self.tail()}") from None
+            raise ScenarioError(f"agent still running {timeout} s after {how.name}:\n{self.tail()}") from None
         if rc != 0:
             raise ScenarioError(f"agent {exit_status(rc)}:\n{self.tail()}")
 
@@ -548,8 +599,10 @@ def end_together(spec, result):
 def writers(spec, subdir=None, agent=None):
     """Start the ranks together, wait for them; returns (ranks, freeze window, usage):
     usage is the CPU and BPF time the agent (if given) and the whole guest spent
-    between the go and the last rank's exit."""
+    between the go and the last rank's exit. A rank with after_s starts that many seconds
+    after the others have ended and a watching agent has no incident open."""
     procs = start_ranks(spec, f"{MNT}/{CKPT}" + (f"/{subdir}" if subdir else ""))
+    late = {rank: rank_params(spec, rank)["after_s"] for rank in procs if "after_s" in rank_params(spec, rank)}
     start_together(spec)
     meter = Usage(agent)
     t_go = time.monotonic()
@@ -558,17 +611,32 @@ def writers(spec, subdir=None, agent=None):
     if spec["freeze_at"] is not None:
         freeze = Freeze(spec, t_go)
         freeze.start()
-    for p in procs.values():
-        p.stdin.write("go\n")
-        p.stdin.close()
-    log(f"{len(procs)} ranks started")
     deadline = t_go + spec["writer_timeout"]
-    while any(p.poll() is None for p in procs.values()):
-        if time.monotonic() > deadline:
-            dump_hang(procs)
-            raise ScenarioError(f"writers still running after {spec['writer_timeout']} s "
-                                f"(blocked tasks and stacks in hang.txt)")
-        time.sleep(0.1)
+
+    def go(ranks):
+        for rank in ranks:
+            procs[rank].stdin.write("go\n")
+            procs[rank].stdin.close()
+
+    def wait(ranks):
+        while any(procs[rank].poll() is None for rank in ranks):
+            if time.monotonic() > deadline:
+                dump_hang(procs)
+                raise ScenarioError(f"writers still running after {spec['writer_timeout']} s "
+                                    f"(blocked tasks and stacks in hang.txt)")
+            time.sleep(0.1)
+    go([rank for rank in procs if rank not in late])
+    log(f"{len(procs) - len(late)} ranks started")
+    wait(procs.keys() - late.keys())
+    if late:
+        if agent is not None and agent.watching:
+            agent.wait_incidents(max(0.0, deadline - time.monotonic()))
+        ended = time.monotonic()
+        for rank in sorted(late, key=late.get):
+            time.sleep(max(0.0, ended + late[rank] - time.monotonic()))
+            go([rank])
+            log(f"rank {rank} started, {late[rank]:g} s after the others ended (and watch's incidents were written)")
+        wait(late)
     used = meter.since(usage0)
     used["seconds"] = round(time.monotonic() - t_go, 3)
     meter.close()
@@ -830,7 +898,13 @@ def run_one(spec, agent):
                 result["freeze_window_s"] = None
             else:
                 result["ranks"], result["freeze_window_s"], result["writers_usage"] = run_writers(spec, agent=agent)
-            if agent:
+            if agent and agent.watching:     # its boot's one scenario (own_boot)
+                agent.wait_incidents(spec["agent_stop_timeout"])
+                time.sleep(2 * spec["scrape_s"])    # what the last drains counted, scraped by the host
+                agent.stop(spec["agent_stop_timeout"], signal.SIGTERM)
+                shutil.copytree(INCIDENTS, OUT / "incidents")
+                agent = None
+            elif agent:
                 t = time.monotonic()
                 agent.next(spec["agent_stop_timeout"])
                 timings["agent_stop"] = round(time.monotonic() - t, 2)

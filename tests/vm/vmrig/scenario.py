@@ -16,11 +16,17 @@ from pathlib import Path
 
 from . import mountstats
 from .image import KERNELS, REPO, VM_DIR, BuildError, ensure_image
-from .vm import Share, VMError, run_vm, stream_nic
+from .vm import GUEST_METRICS, Share, VMError, metrics_nic, run_vm, stream_nic
+
+sys.path.insert(0, str(REPO / "tests"))
+import prom  # noqa: E402  (tests/prom.py: the Prometheus server the VM tests query too)
 
 MODES = ("buffered", "fsync", "osync", "odirect")
 CLIENTS = ("torch-save", "dcp", "dcp-async", "safetensors")     # tests/vm/guest/clients.py
-OVERRIDE_KEYS = {"write-size": ("write_size", int), "mode": ("mode", str), "file-mb": ("file_mb", float)}
+# after-s: the rank starts this many seconds after the ranks without it have ended (with --watch,
+# and watch has no incident open): a second save after a quiet gap
+OVERRIDE_KEYS = {"write-size": ("write_size", int), "mode": ("mode", str), "file-mb": ("file_mb", float),
+                 "after-s": ("after_s", float)}
 
 
 # The packages `slotscope record` runs in the guest (bpf/ is hashed with its C sources).
@@ -45,7 +51,7 @@ def rank_override(text):
         return int(rank), fields
     except (ValueError, KeyError):
         raise argparse.ArgumentTypeError(
-            f"bad --rank-override {text!r}: want RANK:write-size=BYTES,mode=MODE[,file-mb=MB]") from None
+            f"bad --rank-override {text!r}: want RANK:write-size=BYTES,mode=MODE[,file-mb=MB][,after-s=S]") from None
 
 
 def node_rate(text):
@@ -102,7 +108,13 @@ def parser():
     ap.add_argument("--server-freeze-at", type=float, metavar="S",
                     help="seconds after the writers start to make the server unreachable")
     ap.add_argument("--server-freeze-for", type=float, metavar="S", help="how long it stays unreachable")
-    ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record`")
+    ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record` (with --watch, "
+                                                     "`slotscope watch`)")
+    ap.add_argument("--watch", action="store_true",
+                    help="the agent is `slotscope watch --out INCIDENTS --fs nfs --metrics ADDR:PORT` (a boot of its "
+                         "own): its incidents are copied to OUT/incidents, and its metrics, served through a "
+                         "user-mode NIC restricted to one port forwarded from the host's 127.0.0.1, are scraped "
+                         "every second for the boot's life by Prometheus on the host (TSDB in OUT/prometheus)")
     ap.add_argument("--no-agent", action="store_true", help="run without the agent")
     ap.add_argument("--agent-user", metavar="USER",
                     help="run the agent and the ranks as this ordinary user (created in the guest, uid 1000, "
@@ -180,6 +192,12 @@ def check(ap, a):
     for rank, _ in a.rank_override:
         if not 0 <= rank < a.ranks:
             ap.error(f"--rank-override: rank {rank} is not in 0..{a.ranks - 1}")
+    late = {rank for rank, fields in a.rank_override if "after_s" in fields}
+    if len(late) == a.ranks or (late and (a.compare_agent is not None or a.nodes > 1)):
+        ap.error("--rank-override after-s: some ranks must start at once; not with --compare-agent or --nodes 2")
+    if a.watch and (a.no_agent or a.compare_agent is not None or a.nodes > 1 or a.agent_user or a.client):
+        ap.error("--watch: the agent watches one node's writers as root: no --no-agent, --compare-agent, --nodes 2, "
+                 "--agent-user or --client")
 
 
 def spec_of(a):
@@ -199,6 +217,7 @@ def spec_of(a):
         "compare_repeat": a.compare_repeat if a.compare_agent else None, "ftrace": a.ftrace, "export_fs": a.export_fs,
         **({"disk_ms": a.disk_ms} if a.export_fs == "slowdisk" else {}),
         **({"nodes": a.nodes, "node_rate_mbit": {str(n): r for n, r in a.node_rate_mbit}} if a.nodes > 1 else {}),
+        **({"watch": True} if a.watch else {}),
         "clients": a.client, **({"state_mb": a.state_mb, "saves": a.saves, "save_every": a.save_every}
                                 if a.client else {}),
     }
@@ -291,9 +310,16 @@ def run(a):
 def boot_key(spec):
     """What scenarios sharing a boot must have in common: one export and one agent (and its
     user) serve them all, and the overhead mode runs its own agents; a boot of two nodes is a
-    pair of VMs."""
+    pair of VMs, a watching boot has the metrics' NIC and Prometheus (each runs one scenario:
+    own_boot)."""
     return (spec["export_fs"], spec.get("disk_ms"), spec["agent"], tuple(spec["agent_args"]), spec.get("agent_user"),
-            spec["compare_agent"], spec.get("nodes", 1), spec.get("doctor_load"))
+            spec["compare_agent"], spec.get("nodes", 1), spec.get("doctor_load"), spec.get("watch"))
+
+
+def own_boot(spec):
+    """A scenario that a boot runs alone: a pair of VMs (node 2's guest has no reset), or watch
+    (its agent is not handed from scenario to scenario, and the boot's Prometheus data is its own)."""
+    return spec.get("nodes", 1) > 1 or bool(spec.get("watch"))
 
 
 def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
@@ -303,7 +329,7 @@ def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0
     results, groups = {}, {}
     for item in scenarios:
         key = boot_key(item[1])
-        if key[-1] > 1:     # a pair of VMs runs one scenario: node 2's guest has no reset
+        if own_boot(item[1]):
             key = (*key, item[0])
         groups.setdefault(key, []).append(item)
     for pending in groups.values():
@@ -325,8 +351,10 @@ def _job_share(pending, node):
     share = Path(tempfile.mkdtemp(prefix=f"slotscope-boot{'' if node == 1 else node}-", dir=pending[0][2].parent))
     shutil.copytree(VM_DIR / "guest", share / "guest")
     shutil.copy(VM_DIR / "guest/job.sh", share / "job")
-    (share / "specs.json").write_text(json.dumps([{"name": n, "spec": {**s, "node": node}} for n, s, _ in pending],
-                                                 indent=2))
+    (share / "specs.json").write_text(json.dumps(
+        [{"name": n, "spec": {**s, "node": node, **({"metrics": "%s:%d" % GUEST_METRICS, "scrape_s": prom.SCRAPE_S}
+                                                     if s.get("watch") else {})}}
+         for n, s, _ in pending], indent=2))
     (share / "out").mkdir()
     return share
 
@@ -373,6 +401,27 @@ def _run_pair(run, shares, watches, log):
     return result[0]
 
 
+class Scrape:
+    """Prometheus on the host for a watching boot: from before the boot to after it, it scrapes the
+    guest's metrics every prom.SCRAPE_S through the port forwarded to them (metrics_nic), on the
+    host's clock; its TSDB, config and log in the scenario's results (prometheus/, .yml, .log)."""
+
+    def __init__(self, out):
+        if prom.PROMETHEUS is None:
+            raise ScenarioFailed("--watch: no prometheus on the host (apt-get install prometheus; dev.sh installs it)")
+        self.target = f"127.0.0.1:{prom.free_port()}"
+        self.nic = metrics_nic(int(self.target.rpartition(":")[2]))
+        self.log = open(out / "prometheus.log", "w")
+        self.proc, _ = prom.start(out / "prometheus", [self.target], log=self.log)
+        self.since = time.time()
+
+    def stop(self):
+        """-> what the boot's record says of it: the target, and the host's UTC s it scraped from and to."""
+        prom.stop(self.proc)
+        self.log.close()
+        return {"target": self.target, "from": self.since, "to": time.time()}
+
+
 def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
     """One boot running `pending` in order; -> {name: record or ScenarioFailed} for the
     scenarios it ran or hung in (those it never started are left out). With two nodes, a pair
@@ -390,19 +439,23 @@ def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
     boot_id = f"{kernel}-{share.name}"
     failure = rc = None
     vm_seconds = 0.0
+    scrape = Scrape(pending[0][2]) if pending[0][1].get("watch") else None     # own_boot: the one scenario
 
     def run(share, watch, net=()):
         return run_vm(image, kernel, share, share / "console.log", boot_budget + scenario_budget * len(pending),
                       shares=[Share("src", REPO, readonly=True)], log=log, icount=icount, watch=watch, net=net)
     try:
-        res = run(share, watch) if nodes == 1 else _run_pair(run, shares, watches, log)
+        res = run(share, watch, scrape.nic if scrape else ()) if nodes == 1 else _run_pair(run, shares, watches, log)
         rc, vm_seconds, accel, clock = res.rc, res.seconds, res.accel, res.clock
     except VMError as e:
         failure = str(e)
         accel, clock = "?", "?"
         vm_seconds = round(time.monotonic() - t0 - image_seconds, 1)
+    finally:
+        scraped = scrape.stop() if scrape else None
     boot = _read_json(share / "out" / "boot.json") or {}
-    boot.update({"id": boot_id, "kernel": kernel, "scenarios": [n for n, _, _ in pending], "vm_seconds": vm_seconds})
+    boot.update({"id": boot_id, "kernel": kernel, "scenarios": [n for n, _, _ in pending], "vm_seconds": vm_seconds,
+                 **({"prometheus": scraped} if scraped else {})})
     done = {}
     for name, spec, out in pending:
         for node, (share_n, watch_n) in enumerate(zip(shares, watches), 1):

@@ -115,6 +115,20 @@ NAMED = {
                   "--state-mb", "1", "--save-every", "12", "--client", "torch-save", "--client", "dcp",
                   "--ftrace", "sunrpc:svc_process",
                   "--agent-start-timeout", "600"],     # two BCC compiles at once: 115-121 s on an idle host, > 240 s on a busy one
+    # `slotscope watch` (issue 24; test_watch_vm.py), a boot of its own: a saturating storm, then a
+    # healthy save. The storm: ranks 0-7, 4 KiB O_SYNC writes on 2 slots over a 20 ms round trip
+    # (make-sample's storm), 256 KiB each; its slot table stays full for seconds (tasks wait on
+    # xprt_backlog throughout but at its start and end), so slot_full_s=1 fires within it.
+    # --after 12 keeps the storm's rest in the incident. The healthy save: rank 8, 16 MiB in 256 KiB
+    # O_SYNC writes (one WRITE each, one in flight: nothing waits for a slot), 11 s (more than
+    # save_gap_s) after the storm ended and watch has written and analysed its incident; --rearm 2
+    # has slot_full_s armed again by then, so a saturated second save would make a second incident.
+    # On the wall clock: Prometheus on the host scrapes the metrics on the host's clock, and on the
+    # instruction clock an idle guest's seconds pass in no host time (the quiet gap between the
+    # saves, which the test finds in the scrapes, would not be scraped at all).
+    "watched": ["--nfs-vers", "3", "--slots", "2", "--delay-ms", "10", "--ranks", "9", "--write-size", "4096",
+                "--mode", "osync", "--file-mb", "0.25", "--rank-override", "8:write-size=262144,file-mb=16,after-s=11",
+                "--watch", "--agent-args", "--trigger slot_full_s=1 --after 12 --rearm 2"],
     # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
     # timeo makes the client log "not responding" (and "OK") within the freeze.
     "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",

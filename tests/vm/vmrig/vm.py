@@ -75,6 +75,20 @@ def stream_nic(socket, listen):
             "-device", "virtio-net-pci,netdev=link"]
 
 
+# A watching guest's metrics endpoint (guest/scenario.py serves watch's --metrics there, in the
+# client namespace): qemu's user-mode network gives the guest this address by default.
+GUEST_METRICS = ("10.0.2.15", 9465)
+
+
+def metrics_nic(host_port):
+    """A virtio NIC on qemu's user-mode network, restricted (restrict=on: the guest reaches neither
+    the host nor anything beyond it) but for one forward: the host's 127.0.0.1:host_port to the
+    guest's metrics endpoint, which a Prometheus on the host scrapes."""
+    addr, port = GUEST_METRICS
+    return ["-netdev", f"user,id=metrics,restrict=on,hostfwd=tcp:127.0.0.1:{host_port}-{addr}:{port}",
+            "-device", "virtio-net-pci,netdev=metrics"]
+
+
 def qemu_command(image, kernel, accel, console, shares, icount=None, net=()):
     vmlinuz, initrd = image.kernel(kernel)
     cmd = ["qemu-system-x86_64", "-accel", accel, "-m", str(MEMORY_MB),
@@ -133,7 +147,7 @@ def run_vm(image: Image, kernel, job_dir, console, timeout, shares=(), log=print
     watch(), called every second, returns a reason to stop it (a job step that hangs).
     icount=SHIFT: the guest clock counts instructions (icount_args), under TCG only; with
     KVM the guest runs on real hardware and keeps the real clock. net: qemu arguments of a
-    NIC (stream_nic), none by default."""
+    NIC (stream_nic, metrics_nic), none by default."""
     job_dir = Path(job_dir)
     (job_dir / "rc").unlink(missing_ok=True)
     accel = choose_accel(image, kernel)
