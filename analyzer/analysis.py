@@ -11,7 +11,7 @@ from slotscope.capture.reader import verified
 
 from . import sampled
 from .attribution import attributed_rpcs
-from .findings import Context, find, verdict
+from .findings import SEVERITIES, Context, find, verdict
 from .job import Job, between, iso_utc
 from .kernel_log import fingerprints
 from .losses import loss_line, losses
@@ -187,10 +187,10 @@ def _verdict_of_the_saves(result: dict) -> None:
     stalled = [s for s in result["saves"] if s["verdict"] not in (None, "healthy")]
     if result["verdict"] != "healthy" or not stalled:
         return
-    rank = {"critical": 0, "warning": 1}
     def weight(v: str) -> tuple:
         mine = [s for s in stalled if s["verdict"] == v]
-        return (min(rank.get(s["findings"][0]["severity"], 2) if s["findings"] else 2 for s in mine), -len(mine))
+        return (min(SEVERITIES.index(s["findings"][0]["severity"]) if s["findings"] else len(SEVERITIES)
+                    for s in mine), -len(mine))
     result["verdict"] = min(dict.fromkeys(s["verdict"] for s in stalled), key=weight)
     result["verdict_saves"] = [s["number"] for s in stalled if s["verdict"] == result["verdict"]]
     result["notes"].insert(0, f"the recording as a whole is healthy, its saves are not: the verdict is that of "

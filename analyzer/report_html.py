@@ -16,6 +16,7 @@ from slotscope.capture.safepath import create_file
 from .job import Job, utc_ns
 from .losses import loss_when
 from . import evidence, whatif
+from .findings import SEVERITIES
 from .report_text import (clock_text, confidence_line, finding_when, headline, rank_ranges, slowest_rank,
                           verdict_findings, verdict_line)
 from .rpcs import COLUMN_LEGEND, SPLIT, split
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 MAX_RANK_TABLE_ROWS = 256
 MAX_NESTED_ROWS = 16
-SEVERITY_ORDER = ("critical", "warning", "info")
 
 
 def write_html(job: Job, result: dict, path: str) -> None:
@@ -51,7 +51,7 @@ def _severity(result: dict) -> str:
     if result["verdict"] == "healthy":
         return "healthy"
     sev = [f["severity"] for f in verdict_findings(result)]
-    return next((s for s in SEVERITY_ORDER if s in sev), "info")
+    return next((s for s in SEVERITIES if s in sev), "info")
 
 
 def _table(head: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "",
@@ -83,7 +83,7 @@ def _nested(key: str, value) -> str:
 
 
 def _finding(f: dict) -> str:
-    sev = f["severity"] if f["severity"] in SEVERITY_ORDER else "info"
+    sev = f["severity"] if f["severity"] in SEVERITIES else "info"
     scalars = evidence.scalars(f["evidence"])
     nested = evidence.nested(f["evidence"])
     # the evidence table in up to three columns of label/value pairs; the JSON key in the title

@@ -46,12 +46,13 @@ def _growth(job: Job) -> pa.Table | None:
     io = io.select(["host", "tgid", "ts", "write_bytes"])
     io = io.set_column(2, "ts", job.to_utc(io["host"], io["ts"])).sort_by(
         [("host", "ascending"), ("tgid", "ascending"), ("ts", "ascending")])
-    host = pc.dictionary_encode(io["host"]).combine_chunks().indices.to_numpy().astype(np.int64)
+    hosts = pc.dictionary_encode(io["host"]).combine_chunks()
+    host = hosts.indices.to_numpy().astype(np.int64)
     tgid = io["tgid"].to_numpy().astype(np.int64)
     ts = io["ts"].to_numpy()
     wb = pc.fill_null(io["write_bytes"], 0).to_numpy()
     first = np.r_[True, (host[1:] != host[:-1]) | (tgid[1:] != tgid[:-1])]
-    born = ts > _first_ticks(job, io["host"])     # a new process's counters are read at once
+    born = ts > _first_ticks(job, hosts.dictionary.to_pylist())[host]   # a new process's counters are read at once
     delta = np.where(first, np.where(born, wb, 0), wb - np.r_[0, wb[:-1]])
     _less_reaped(job, io["host"].to_pylist(), tgid, ts, wb, first, delta)
     since = np.where(first, ts - interval_ns(job), np.r_[0, ts[:-1]])
@@ -101,8 +102,8 @@ def _window_start(job: Job) -> int:
 TICKED = ("ms_xprt", "ms_ops", "thread_samples", "proc_io")
 
 
-def _first_ticks(job: Job, hosts: pa.ChunkedArray) -> np.ndarray:
-    """Per row of `hosts`, its host's first sample (UTC ns): the earliest row of any sampled table
+def _first_ticks(job: Job, hosts: list[str]) -> np.ndarray:
+    """Per host of `hosts`, its first sample (UTC ns): the earliest row of any sampled table
     (proc_io alone would put it at the first process's first sample, whose counters would then
     be taken for a baseline: the VM rig's ranks, started after the agent, lost their first 48
     KiB so)."""
@@ -114,7 +115,7 @@ def _first_ticks(job: Job, hosts: pa.ChunkedArray) -> np.ndarray:
         utc = job.to_utc(t["host"], t["ts"])
         for part in pa.table({"host": t["host"], "ts": utc}).group_by("host").aggregate([("ts", "min")]).to_pylist():
             first[part["host"]] = min(first.get(part["host"], part["ts_min"]), part["ts_min"])
-    return np.array([first[h] for h in hosts.to_pylist()], np.int64)
+    return np.array([first[h] for h in hosts], np.int64)
 
 
 def nfs_waits(job: Job) -> pa.Table | None:
