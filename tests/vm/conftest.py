@@ -113,17 +113,18 @@ def _kernel_log(kernel):
 
 def _todo(name, kernel, root, keep):
     """(label, spec, out) for running the scenario, or None where a stored run is reused."""
-    out = root / _label(name, kernel)
+    label = _label(name, kernel)
+    out = root / label
     spec = _spec(name, out)
     if keep and _reusable(out, spec):
-        RUNS.append((_label(name, kernel), out, True))
+        RUNS.append((label, out, True))
         RESULTS[(name, kernel)] = out
         return None
     if out.exists():
         if not (out / "scenario.json").exists() and not (out / "console.log").exists():
             pytest.fail(f"{out} exists and does not look like scenario results: not replacing it")
         shutil.rmtree(out)
-    return _label(name, kernel), spec, out
+    return label, spec, out
 
 
 def _icount(name):
