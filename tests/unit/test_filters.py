@@ -250,6 +250,25 @@ def test_lookup_agrees_with_at(mappings):
     assert list(zip(since.tolist(), found.tolist())) == want
 
 
+def test_lookup_of_a_storm_batch_agrees_with_at():
+    """A storm's batch: long runs of one fd whose number named other files before (its newest
+    mapping older than the batch: one mapping for all its rows), among a few rows of an fd
+    reopened inside the batch (searched row by row)."""
+    fds = FdTable()
+    storm, other = FdTable.key(100, 5), FdTable.key(200, 3)
+    for since, fid in ((T1, A), (T2, UNKNOWN), (T3, B)):
+        fds.set(storm, since, fid)
+    fds.set(other, T1, A)
+    fds.set(other, T3 + 500, C)
+    times = np.arange(T3 + 100, T3 + 1_100, 10, dtype=np.int64)
+    keys = np.full(times.shape, storm, np.int64)
+    keys[[30, 31, 70]] = other                        # before and after its reopen
+    found, since = fds.lookup(keys, times, lambda k: UNKNOWN)
+    want = [fds.at(int(k), int(t)) or (0, UNKNOWN) for k, t in zip(keys, times)]
+    assert list(zip(since.tolist(), found.tolist())) == want
+    assert found[[30, 70]].tolist() == [A, C] and set(found[keys == storm].tolist()) == {B}
+
+
 def test_close_range_closes_only_its_range():
     fds = FdTable()
     for fd, fid in ((3, A), (4, B), (9, C)):
