@@ -48,6 +48,11 @@ OCCUPANCY = {
 }
 
 
+# The tables whose rows observe() reads, and the method that reads each.
+OBSERVERS = {"syscall": "_syscalls", "rpc": "_rpcs", "slots": "_slots", "loss": "_loss", "procs": "_procs",
+             "blocked": "_blocked"}
+
+
 class Metrics:
     """What the endpoint serves; fed by observe(name, rows) with every table a drain appends
     (a FlightRecorder listener), and by the watcher's own counts."""
@@ -71,11 +76,10 @@ class Metrics:
         self.flight = lambda: (0, 0.0)                          # (bytes, seconds) the flight recorder holds
 
     def observe(self, name: str, rows: pa.Table) -> None:
-        fn = {"syscall": self._syscalls, "rpc": self._rpcs, "slots": self._slots, "loss": self._loss,
-              "procs": self._procs, "blocked": self._blocked}.get(name)
-        if fn:
+        method = OBSERVERS.get(name)
+        if method:
             with self._lock:
-                fn(rows)
+                getattr(self, method)(rows)
 
     def incident(self, trigger: str) -> None:
         with self._lock:
@@ -211,7 +215,7 @@ class Metrics:
         yield GaugeMetricFamily("slotscope_agent_resident_memory_bytes", "Resident memory of the agent",
                                 value=rss)
         held_bytes, held_s = self.flight()
-        yield GaugeMetricFamily("slotscope_flight_recorder_bytes", "Rows the flight recorder holds (Arrow bytes)",
+        yield GaugeMetricFamily("slotscope_flight_recorder_bytes", "Bytes the flight recorder holds (rows and records, compressed)",
                                 value=held_bytes)
         yield GaugeMetricFamily("slotscope_flight_recorder_seconds", "How far back the flight recorder reaches",
                                 value=held_s)

@@ -142,11 +142,14 @@ class Stream:
     """What a probe group's rings become in the capture: `build(drain, *records)` makes the rows
     of `table` from one drain's records of `rings` (None: nothing to write). `drain` gives the
     decoding state (drain.decoder, drain.clients, drain.now_ns). A stream is built when one of
-    its rings has records, or on every drain with `each_drain`."""
+    its rings has records, or on every drain with `each_drain`. A `stateless` stream's rows
+    depend on its records alone (and on the RPC clients' names): they can be built later, from
+    the records kept (watch's flight recorder does, on a trigger)."""
     table: str
     rings: tuple[str, ...]
     build: Callable
     each_drain: bool = False
+    stateless: bool = False
 
 
 class ProbeGroup:
@@ -288,8 +291,8 @@ class SunrpcProbes(ProbeGroup):
     # seconds of a busy transport's events, not within the drain period: each forced
     # wakeup is one more drain, as costly as the regular one.
     rings = {"rpc_ring": (RPC_EVENT, 1024), "slot_ring": (SLOT_EVENT, 1024)}
-    streams = (Stream("rpc", ("rpc_ring",), lambda d, ev: rpc_table(ev, d.clients, d.now_ns())),
-               Stream("slots", ("slot_ring",), lambda d, ev: slots_table(ev, d.clients)))
+    streams = (Stream("rpc", ("rpc_ring",), lambda d, ev: rpc_table(ev, d.clients, d.now_ns()), stateless=True),
+               Stream("slots", ("slot_ring",), lambda d, ev: slots_table(ev, d.clients), stateless=True))
     required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]
@@ -314,7 +317,7 @@ class NfsProbes(ProbeGroup):
     description = "WRITE/COMMIT/READ sizes, offsets and stability (nfs:* tracepoints)"
     source = "nfs.c"
     rings = {"nfs_ring": (NFS_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
-    streams = (Stream("nfs_io", ("nfs_ring",), lambda d, ev: nfs_table(ev)),)
+    streams = (Stream("nfs_io", ("nfs_ring",), lambda d, ev: nfs_table(ev), stateless=True),)
     required = [("nfs", ev) for ev in ("nfs_initiate_write", "nfs_writeback_done",
                                        "nfs_initiate_commit", "nfs_commit_done")]
     # The NFS client's entry points whose time inside a traced syscall is added to its record
@@ -453,7 +456,7 @@ class OwnerProbes(KprobeGroup):
                    "(kprobes on nfs_file_write, nfs_initiate_write)")
     source = "owners.c"
     rings = {"owner_ring": (OWNER_EVENT, 64)}
-    streams = (Stream("owners", ("owner_ring",), lambda d, ev: owners_table(ev)),)
+    streams = (Stream("owners", ("owner_ring",), lambda d, ev: owners_table(ev), stateless=True),)
     module = "nfs"
     functions = ("nfs_file_write", "nfs_initiate_write")
     headers = ("linux/fs.h", "linux/sched.h", "linux/nfs_fs.h", "linux/nfs_xdr.h")
@@ -470,7 +473,7 @@ class XprtProbes(KprobeGroup):
                    "used (kprobes on xprt_reserve, xprt_free_slot)")
     source = "xprt.c"
     rings = {"xprt_ring": (XPRT_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
-    streams = (Stream("xprt", ("xprt_ring",), lambda d, ev: xprt_table(ev, d.clients)),)
+    streams = (Stream("xprt", ("xprt_ring",), lambda d, ev: xprt_table(ev, d.clients), stateless=True),)
     needs = "sunrpc"
     module = "sunrpc"
     functions = ("xprt_reserve", "xprt_free_slot")

@@ -166,11 +166,15 @@ class Recorder(Recording):
         for stream in self.streams:
             records = [batch[ring] for ring in stream.rings]
             if stream.each_drain or any(r.size for r in records):
-                rows = stream.build(self, *records)
-                if rows is not None:
-                    self.writer.append(stream.table, rows)
-                    self.rows += rows.num_rows
+                self._take(stream, records)
         self._tick()
+
+    def _take(self, stream, records: list) -> None:
+        """A stream's records of this drain, into the capture as rows."""
+        rows = stream.build(self, *records)
+        if rows is not None:
+            self.writer.append(stream.table, rows)
+            self.rows += rows.num_rows
 
     def _write_blocked(self) -> None:
         now = _monotonic_ns()

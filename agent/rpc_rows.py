@@ -35,15 +35,20 @@ class ClientNames:
             addr, port = fields.get("addr"), fields.get("port")
             self._names[cid] = f"{addr}:{port}" if addr and port and port != "0" else addr
 
-    def names(self, ids: np.ndarray) -> pa.Array:
-        """The server of each row's client (strings; null where unknown)."""
+    def learn(self, ids: np.ndarray) -> Distinct:
+        """Read the names of clients not seen before (while they exist: a mount's clients go
+        with it). -> the distinct ids."""
         distinct = Distinct(ids)
         new = set(distinct.values) - self._names.keys()
         if new:
             self._refresh()
             for cid in new - self._names.keys():
                 self._names[cid] = None   # not in debugfs: do not look again
-        return distinct.map(self._names.__getitem__, pa.string())
+        return distinct
+
+    def names(self, ids: np.ndarray) -> pa.Array:
+        """The server of each row's client (strings; null where unknown)."""
+        return self.learn(ids).map(self._names.__getitem__, pa.string())
 
 
 def _span(end: np.ndarray, start: np.ndarray, fallback: np.ndarray) -> np.ndarray:
