@@ -23,8 +23,8 @@ from slotscope.capture.syscalls import OPS
 
 from . import btf, kernel
 from .identity import RANK_VARS
-from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RINGS,
-                      RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
+from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PATH_MAX_CAPTURED,
+                      PROC_EVENT, RINGS, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .memory import release_compiler
 from .ringbuf import RingReader, record_size
 from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
@@ -135,6 +135,29 @@ class Filters:
     tgids: list[int] = field(default_factory=list)   # trace these and their descendants only
     cgroup: str | None = None                        # cgroup v2 directory
     devs: frozenset[int] | None = None               # stats of other devices are dropped (files.traced_devs)
+    prefixes: tuple[str, ...] = ()                   # --path: calls plainly outside them are dropped
+
+
+PATH_PREFIXES_MAX = 4   # the kernel drops calls outside at most this many --path prefixes; beyond, user space
+
+
+def path_filter_flags(prefixes: tuple[str, ...]) -> list[str]:
+    """The -D flags of bpf/syscalls.c's --path filter: PATH_RELATED(s), true for a path s (its
+    bytes; normal, absolute) at or under a prefix, or above one (a directory the prefix is
+    in), compared byte by byte. None where user space must decide alone: no prefix, "/",
+    more than PATH_PREFIXES_MAX, or one too long for the kernel's path buffer."""
+    encoded = [p.encode() for p in prefixes]
+    if not encoded or len(encoded) > PATH_PREFIXES_MAX or b"/" in encoded or \
+            any(len(p) >= PATH_MAX_CAPTURED - 1 for p in encoded):
+        return []
+
+    def starts(p: bytes, n: int) -> list[str]:
+        return [f"s[{j}]=={p[j]}" for j in range(n)]
+    terms = []
+    for p in encoded:
+        terms.append(starts(p, len(p)) + [f"(s[{len(p)}]==0||s[{len(p)}]=={ord('/')})"])   # at or under
+        terms += [starts(p, m) + [f"s[{m}]==0"] for m in range(1, len(p)) if p[m] == ord("/")]   # above
+    return ["-DFILTER_PATHS", f"-DPATH_RELATED(s)=({'||'.join('(' + '&&'.join(t) + ')' for t in terms)})"]
 
 
 @dataclass(frozen=True)
@@ -266,6 +289,7 @@ class SyscallProbes(ProbeGroup):
             flags.append("-DFILTER_CGROUP")
         if filters.devs is not None:
             flags.append("-DFILTER_DEVS")
+        flags += path_filter_flags(filters.prefixes)
         return flags
 
 

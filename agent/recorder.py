@@ -39,7 +39,8 @@ def record_ebpf(opts: RecordOptions) -> str:
     # whether processes are filtered at all.
     tgids = list(opts.pids) + ([0] if opts.command else [])
     devs = traced_devs(opts.file_filter(), mount_tables())
-    return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup, devs=devs), skipped)
+    return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup, devs=devs,
+                                     prefixes=opts.file_filter().prefixes), skipped)
 
 
 class Recorder(Recording):
@@ -59,7 +60,8 @@ class Recorder(Recording):
         self.devs = traced_devs(self.file_filter, mount_tables())
 
     def _attach(self) -> None:
-        filters = Filters(tgids=self.tgids, cgroup=self.opts.cgroup, devs=self.devs)
+        filters = Filters(tgids=self.tgids, cgroup=self.opts.cgroup, devs=self.devs,
+                          prefixes=self.file_filter.prefixes)
         self.loaded, groups = load_falling_back(self.groups, filters, self.skipped, self._say)
         raise_drain_priority()      # after the compile and the traced command's fork, before any thread
         self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}

@@ -18,6 +18,11 @@
  * (the exit timestamp) when an open/dup creates it or a close ends it; a mark
  * applies only while it names the current generation, so an fd reused for an
  * NFS file is never skipped because of its previous file.
+ *
+ * With --path (FILTER_PATHS), a path-taking call whose paths are plainly outside every
+ * prefix is dropped here, and an fd it opens is skipped from then on: on a busy host every
+ * process's opens and stats would otherwise fill the path ring, to be thrown away in user
+ * space (PATH_RELATED, agent/probes.py path_filter_flags).
  */
 
 typedef int rwf_t;  /* pwritev2's format names it; the headers BCC uses lack it */
@@ -159,6 +164,38 @@ static __always_inline int untraced_stat(struct inflight *in, long ret)
 #endif
 }
 
+#ifdef FILTER_PATHS
+struct path_buf { char s[PATH_MAX_CAPTURED]; };
+BPF_PERCPU_ARRAY(path_scratch, struct path_buf, 1);
+
+/* Whether user space would find the path outside every --path prefix and not above one (a
+ * directory an *at call may start from): absolute, complete and already normal (no "//", no
+ * "/." that os.path.normpath could fold, no trailing "/"), and PATH_RELATED false. Any other
+ * path is user space's to decide. */
+static __always_inline int unrelated_path(u64 uptr)
+{
+    u32 zero = 0;
+    struct path_buf *b = path_scratch.lookup(&zero);
+    if (!b)
+        return 0;
+    long n = bpf_probe_read_user_str(b->s, sizeof(b->s), (const void *)uptr);
+    if (n < 2 || n >= sizeof(b->s) || b->s[0] != '/')
+        return 0;
+    for (int i = 0; i < PATH_MAX_CAPTURED - 1; i++) {
+        char c = b->s[i];
+        if (!c)
+            break;
+        if (c == '/') {
+            char d = b->s[i + 1];
+            if (d == '/' || d == '.' || d == 0)
+                return 0;
+        }
+    }
+    const unsigned char *s = (const unsigned char *)b->s;
+    return !PATH_RELATED(s);
+}
+#endif
+
 static __always_inline int emit_path(s64 ts_enter, u32 tid, u8 slot, u64 uptr)
 {
     struct path_event *p = path_ring.ringbuf_reserve(sizeof(struct path_event));
@@ -206,6 +243,18 @@ static __always_inline int leave(long ret)
     }
     if (in->skip || untraced_stat(in, ret))
         goto out;
+#ifdef FILTER_PATHS
+    /* Never a chdir: the cwd is what relative paths are resolved against. */
+    if (in->path1 && in->op != SYSOP_CHDIR && unrelated_path(in->path1) &&
+        (!in->path2 || unrelated_path(in->path2))) {
+        if (changed >= 0 && in->op != SYSOP_CLOSE) {   /* an untraced file's new fd */
+            u64 key = fd_key(id >> 32, changed);
+            u64 gen = now;
+            fd_ignore.update(&key, &gen);
+        }
+        goto out;
+    }
+#endif
 
     /* Paths first: a committed syscall record implies its paths are committed. */
     u8 npaths = 0;

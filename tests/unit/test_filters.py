@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from slotscope.agent.files import UNKNOWN, FdTable, FileFilter, traced_devs
+from slotscope.agent.layouts import PATH_MAX_CAPTURED
 from slotscope.agent.mounts import MountTable, parse_mountinfo
+from slotscope.agent.probes import PATH_PREFIXES_MAX, path_filter_flags
 from slotscope.agent.recorder import RecordOptions
 
 pytestmark = pytest.mark.unit
@@ -328,3 +330,30 @@ def test_find_ends_on_paths_that_are_not_normalised():
     table = MountTable(parse_mountinfo(MOUNTINFO))
     assert table.find("//.python-version") is None
     assert table.find("relative/x") is None
+
+
+def _related(flags: list[str], path: str) -> bool:
+    """PATH_RELATED(s) of bpf/syscalls.c, evaluated on the path's bytes as the kernel's buffer holds them."""
+    [macro] = [f for f in flags if f.startswith("-DPATH_RELATED(s)=")]
+    s = path.encode() + bytes(PATH_MAX_CAPTURED)
+    return eval(macro.partition("=")[2].replace("&&", " and ").replace("||", " or "), {"s": s})
+
+
+@pytest.mark.parametrize("prefixes", [("/mnt/ckpt",), ("/mnt/ckpt", "/var/tmp/rün x"), ("/a",)])
+def test_the_kernel_path_filter_keeps_what_user_space_would(prefixes):
+    """The kernel drops a normal absolute path only where the filter would refuse it and it is
+    not a directory above a prefix (an openat may start there)."""
+    flags = path_filter_flags(prefixes)
+    assert "-DFILTER_PATHS" in flags
+    paths = ["/", "/mnt", "/mnt/ckpt", "/mnt/ckpt/x.pt", "/mnt/ckpt/a/b", "/mnt/ckptx", "/mnt/ck", "/mn",
+             "/var", "/var/tmp", "/var/tmp/rün x", "/var/tmp/rün x/y", "/var/tmp/rün", "/var/tmp/rün xy",
+             "/a", "/ab", "/a/b", "/usr/lib/python3/os.py", "/b/a"]
+    for path in paths[1:]:      # "/" is never dropped: not normal for the kernel's check (a trailing "/")
+        above = any(p.startswith(path + "/") for p in prefixes)
+        assert _related(flags, path) == (FileFilter(prefixes, None).matches(path, None) or above), path
+
+
+def test_no_kernel_path_filter_where_user_space_must_decide():
+    assert path_filter_flags(()) == [] and path_filter_flags(("/",)) == []
+    assert path_filter_flags(tuple(f"/p{i}" for i in range(PATH_PREFIXES_MAX + 1))) == []
+    assert path_filter_flags(("/" + "x" * PATH_MAX_CAPTURED,)) == []
