@@ -181,6 +181,8 @@ static __always_inline int unrelated_path(u64 uptr)
     long n = bpf_probe_read_user_str(b->s, sizeof(b->s), (const void *)uptr);
     if (n < 2 || n >= sizeof(b->s) || b->s[0] != '/')
         return 0;
+    /* Unrolled: 5.10's verifier refused the loop's back-edge as clang laid it out there. */
+#pragma unroll
     for (int i = 0; i < PATH_MAX_CAPTURED - 1; i++) {
         char c = b->s[i];
         if (!c)
