@@ -7,8 +7,8 @@
  * correct even when the kernel headers do not match the running kernel.
  *
  * The agent prepends: the generated header (structs, SYSOP_* numbers, counters),
- * common.h, and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, FILTER_DEVS,
- * HAVE_<syscall>, *_RING_PAGES.
+ * common.h, and -D options: AGENT_TGID, FILTER_TGIDS, FILTER_CGROUP, FILTER_DEVS, FILTER_PATHS
+ * and PATH_RELATED, HAVE_<syscall>, *_RING_PAGES.
  *
  * Which fd is worth an event is decided in user space, which knows paths and
  * mounts. The kernel only skips fds user space has marked uninteresting in
