@@ -21,7 +21,7 @@ import numpy as np
 
 from slotscope.capture.syscalls import OPS
 
-from . import btf, kernel
+from . import aggregates, btf, kernel
 from .identity import RANK_VARS
 from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RINGS,
                       RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
@@ -135,6 +135,7 @@ class Filters:
     tgids: list[int] = field(default_factory=list)   # trace these and their descendants only
     cgroup: str | None = None                        # cgroup v2 directory
     devs: frozenset[int] | None = None               # stats of other devices are dropped (files.traced_devs)
+    aggregate: bool = False                          # watch's in-kernel aggregates (aggregates.py)
 
 
 @dataclass(frozen=True)
@@ -515,7 +516,8 @@ def program(groups: list[ProbeGroup], filters: Filters) -> tuple[str, list[str]]
     if any(g.btf() is None for g in kprobe_groups):   # the kernel's headers are compiled
         text += bpf_dir.joinpath("opaque.h").read_text()
     text += "".join(g.program_text() for g in groups)
-    return text, [flag for g in groups for flag in g.cflags(filters)]
+    flags = [flag for g in groups for flag in g.cflags(filters)]
+    return text, flags + (aggregates.cflags() if filters.aggregate else [])
 
 
 def ebpf_text(groups: list[ProbeGroup], filters: Filters, skipped: dict[str, str]) -> str:

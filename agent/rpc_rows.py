@@ -35,6 +35,18 @@ class ClientNames:
             addr, port = fields.get("addr"), fields.get("port")
             self._names[cid] = f"{addr}:{port}" if addr and port and port != "0" else addr
 
+    def listed(self) -> list[int]:
+        """The clients debugfs lists now (read afresh)."""
+        self._refresh()
+        return [cid for cid, name in self._names.items() if name is not None]
+
+    def server(self, cid: int) -> str | None:
+        """One client's server (None where unknown)."""
+        if cid not in self._names:
+            self._refresh()
+            self._names.setdefault(cid, None)   # not in debugfs: do not look again
+        return self._names[cid]
+
     def names(self, ids: np.ndarray) -> pa.Array:
         """The server of each row's client (strings; null where unknown)."""
         distinct = Distinct(ids)
