@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from slotscope.capture.syscalls import OP_NAME, OP_NUMBER, WRITE_SYSCALLS
 
 from .decode import FD_OPS
+from .layouts import RPC_EVENT
 from .metrics import BOUNDS_NS
 
 AGG_SERVERS = 256           # servers one watch tells apart (bpf agg_servers)
@@ -37,14 +38,28 @@ PENDING_GIVE_UP_NS = 30_000_000_000     # an fd still undecided this long is nev
 SPANS = ("slot_wait", "rtt", "execute")
 
 
+def bucket_tree(lo: int = 0, hi: int = len(BOUNDS_NS)):
+    """Which histogram bucket a value (ns) goes in, as a binary search: a bucket number, or (bound,
+    the tree for values <= bound, the tree for the rest). The metrics put a value in the first
+    bucket whose bound it does not exceed; for an integer ns v, v <= bound exactly when v <=
+    floor(bound). A search, not a sum of comparisons: each comparison is a branch to the
+    verifier, which followed the sum's 2^18 paths past its limit (6.1: E2BIG)."""
+    if lo == hi:
+        return lo
+    mid = (lo + hi) // 2
+    return math.floor(BOUNDS_NS[mid]), bucket_tree(lo, mid), bucket_tree(mid + 1, hi)
+
+
+def _c(tree) -> str:
+    return str(tree) if isinstance(tree, int) else f"((ns)<={tree[0]}ULL?{_c(tree[1])}:{_c(tree[2])})"
+
+
 def cflags() -> list[str]:
-    """The -D flags of the AGGREGATE blocks. The histograms' bounds are the metrics' (a value
-    goes in the first bucket whose bound it does not exceed); for an integer ns v, bound < v
-    holds exactly when floor(bound) < v."""
-    floors = [math.floor(b) for b in BOUNDS_NS]
+    """The -D flags of the AGGREGATE blocks."""
     ops = lambda names: "||".join(f"(op)=={OP_NUMBER[n]}" for n in names)
-    return ["-DAGGREGATE", f"-DAGG_SERVERS={AGG_SERVERS}", f"-DAGG_NBUCKETS={len(floors) + 1}",
-            "-DAGG_BUCKET(ns)=(" + "+".join(f"((ns)>{b}ULL)" for b in floors) + ")",
+    return ["-DAGGREGATE", f"-DAGG_SERVERS={AGG_SERVERS}", f"-DAGG_NBUCKETS={len(BOUNDS_NS) + 1}",
+            f"-DAGG_PROCNAME={RPC_EVENT.dtype['procname'].itemsize}",
+            f"-DAGG_BUCKET(ns)={_c(bucket_tree())}",
             f"-DAGG_FD_OP(op)=({ops(FD_OPS)})", f"-DAGG_WRITE_OP(op)=({ops(WRITE_SYSCALLS)})"]
 
 

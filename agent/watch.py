@@ -116,10 +116,11 @@ class Watcher(Recorder):
 
     def _capture_started(self) -> None:
         super()._capture_started()
-        self.aggregator = Aggregator(self.clients.server, self._decide)
-        # the clients there now mapped before their first RPC: none of it is missed
-        write_maps(self.loaded.bpf, Writes(clients=self.aggregator.clients(self.clients.listed()))
-                   if "sunrpc" in self.loaded.groups else Writes())
+        if self.aggregator is None:     # once: the kernel's sums run from the load, across captures
+            self.aggregator = Aggregator(lambda cid: self.clients.server(cid), self._decide)
+            # the clients there now mapped before their first RPC: none of it is missed
+            if "sunrpc" in self.loaded.groups:
+                write_maps(self.loaded.bpf, Writes(clients=self.aggregator.clients(self.clients.listed())))
 
     def _decide(self, tgid: int, fd: int, gen: int):
         """What the fd held at generation gen (the kernel's fd_gen: when it was made, 0 before

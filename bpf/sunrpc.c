@@ -118,7 +118,7 @@ struct agg_hist {
 };
 struct agg_rpc_key {
     u32 client_id;
-    char procname[sizeof(((struct rpc_event *)0)->procname)];
+    char procname[AGG_PROCNAME];   /* rpc_event's (a literal: BCC's key description cannot size it) */
 };
 struct agg_rpc {
     struct agg_hist slot_wait;

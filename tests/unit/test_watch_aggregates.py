@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from slotscope.agent.aggregates import AGG_SERVERS, Aggregator, Raw, cflags
+from slotscope.agent.aggregates import AGG_SERVERS, Aggregator, Raw, bucket_tree, cflags
 from slotscope.agent.metrics import BOUNDS_NS, Metrics
 from slotscope.capture.syscalls import OP_NUMBER
 from unit_helpers import scrape
@@ -31,13 +31,17 @@ def rpc(slot_wait=(), rtt=(), execute=()) -> dict:
 
 
 def test_the_kernels_bucket_is_the_metrics_bucket():
-    """AGG_BUCKET (a sum of comparisons, compiled into the programs) puts every ns value, at the
-    bounds and beside them, in the bucket np.searchsorted puts it in for the rows."""
-    [bucket] = [f for f in cflags() if f.startswith("-DAGG_BUCKET(ns)=")]
-    expr = bucket.split("=", 1)[1].replace("ULL", "")
+    """AGG_BUCKET (a binary search compiled into the programs) puts every ns value, at the bounds
+    and beside them, in the bucket np.searchsorted puts it in for the rows."""
+    def bucket(tree, ns: int) -> int:
+        while not isinstance(tree, int):
+            tree = tree[1] if ns <= tree[0] else tree[2]
+        return tree
+    tree = bucket_tree()
+    assert f"-DAGG_BUCKET(ns)=((ns)<={tree[0]}ULL?" in " ".join(cflags())
     for bound in BOUNDS_NS:
         for v in (int(bound) - 1, int(bound), int(bound) + 1, 0, 10**12):
-            assert eval(expr, {"ns": v}) == np.searchsorted(BOUNDS_NS, v, side="left"), v
+            assert bucket(tree, v) == np.searchsorted(BOUNDS_NS, v, side="left"), v
 
 
 def test_rpc_histograms_per_server_and_procedure():
