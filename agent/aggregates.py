@@ -76,8 +76,8 @@ class Raw:
     pending: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)   # (tgid, fd, gen, op) ->
                                 # ((counts, sum ns, written), (its longest call's ns, ts_enter, tid))
     processes: dict[int, tuple[int, int]] = field(default_factory=dict)   # tgid -> (written, blocked ns)
-    longest: tuple | None = None        # (ns, ts_enter, tid, tgid, fd, op): the longest marked call since the
-                                        # last sweep
+    longest: tuple | None = None        # (ns, ts_enter, tid, tgid, fd, gen, op): the longest call on a marked fd
+                                        # since the last sweep
 
 
 @dataclass
@@ -128,7 +128,6 @@ class Aggregator:
         self.index: dict[str, int] = {}         # server -> its index in agg_servers
         self.mapped: dict[int, str] = {}        # RPC client -> its server
         self.mounts: dict[int, str] = {}        # dev -> its mount point, for the labels
-        self.marked: dict[tuple[int, int], str] = {}    # (tgid, fd) marked -> its path (the longest call's)
         self._seen: dict = {}                   # (map, key) -> its last value
         self._reported: dict[str, dict] = {}    # server -> the integrals reported so far (ns)
         self._pending: dict[tuple, list] = {}   # agg_pending key -> [first seen ns, decided in sweep n]
@@ -164,9 +163,10 @@ class Aggregator:
         for tgid in {k[1] for k in self._seen if k[0] == "process"} - raw.processes.keys():
             del self._seen["process", tgid]         # evicted (the LRU) or exited
         if raw.longest:
-            ns, ts_enter, tid, tgid, fd, op = raw.longest
+            ns, ts_enter, tid, tgid, fd, gen, op = raw.longest
+            decided = self.decide(tgid, fd, gen)
             out.longest = {"ns": ns, "tgid": tgid, "tid": tid, "syscall": OP_NAME.get(op, "?"), "fd": fd,
-                           "ts_enter": ts_enter, "path": self.marked.get((tgid, fd))}
+                           "ts_enter": ts_enter, "path": decided[2] if decided else None}
         self._fold_pending(raw, now_ns, out, writes)
         return out, writes
 
@@ -217,7 +217,6 @@ class Aggregator:
                 continue
             dev, mount, path = decided
             self.mounts.setdefault(dev, mount)
-            self.marked[tgid, fd] = path
             sums, (longest, ts_enter, tid) = value
             was = self._seen.get(("pending", key))
             self._seen["pending", key] = value
@@ -247,8 +246,9 @@ def _hist(h) -> tuple[list[int], int]:
     return list(h.count), int(h.sum_ns)
 
 
-def read_maps(bpf, groups: list[str]) -> Raw:
-    """One read of every aggregate map of the probe groups loaded."""
+def read_maps(bpf, groups: list[str], processes: bool) -> Raw:
+    """One read of every aggregate map of the probe groups loaded; the per-process one only
+    when `processes` are wanted (it holds up to 16,384 of them: the longest to read)."""
     raw = Raw()
     if "sunrpc" in groups:
         raw.clients = [k.value for k in bpf[b"client_slots"]]
@@ -264,12 +264,12 @@ def read_maps(bpf, groups: list[str]) -> Raw:
         for k, v in bpf[b"agg_pending"].items():
             raw.pending[k.tgid, k.fd, k.gen, k.op] = ((list(v.count), v.sum_ns, v.written),
                                                       (v.longest_ns, v.longest_enter, v.longest_tid))
-        for k, v in bpf[b"agg_processes"].items():
+        for k, v in bpf[b"agg_processes"].items() if processes else ():
             raw.processes[k.value] = (v.written, v.blocked_ns)
         longest, zero = bpf[b"agg_longest"], ctypes.c_int(0)
         best = max(longest[zero], key=lambda v: v.latency_ns)
         if best.latency_ns > 0:
-            raw.longest = (best.latency_ns, best.ts_enter, best.tid, best.tgid, best.fd, best.op)
+            raw.longest = (best.latency_ns, best.ts_enter, best.tid, best.tgid, best.fd, best.gen, best.op)
             del longest[zero]       # zeroed on every CPU: the next interval's longest
     return raw
 
@@ -280,7 +280,10 @@ def write_maps(bpf, writes: Writes) -> None:
         for cid, idx in writes.clients.items():
             value = server_of.Leaf()
             value.server = idx
-            server_of[ctypes.c_uint32(cid)] = value
+            try:
+                server_of[ctypes.c_uint32(cid)] = value
+            except Exception:   # full (4096 clients, as client_slots): the client's counts go unsummed
+                pass
     if writes.marks:
         marks = bpf[b"agg_fds"]
         for (tgid, fd), (gen, dev) in writes.marks.items():

@@ -193,7 +193,8 @@ class Watcher(Recorder):
     def _sweep(self) -> None:
         """One read of the kernel's aggregates: to the metrics and the triggers."""
         bpf = self.loaded.bpf
-        swept, writes = self.aggregator.sweep(read_maps(bpf, self.loaded.groups), monotonic_ns())
+        raw = read_maps(bpf, self.loaded.groups, processes=self.metrics.per_process)
+        swept, writes = self.aggregator.sweep(raw, monotonic_ns())
         write_maps(bpf, writes)
         self.metrics.sweep(swept)
         self.full_since = swept.full_since

@@ -114,6 +114,7 @@ struct agg_process {
 struct agg_longest {
     s64 latency_ns;
     s64 ts_enter;
+    u64 gen;                /* its fd's (the sweep names its file) */
     u32 tid;
     u32 tgid;
     s32 fd;
@@ -136,11 +137,11 @@ static __always_inline void agg_add(struct agg_calls *a, u64 ns, u64 written)
         __sync_fetch_and_add(&a->written, written);
 }
 
-static __always_inline void agg_marked(struct inflight *in, u64 id, u64 dev, u64 ns, u64 written,
+static __always_inline void agg_marked(struct inflight *in, u64 id, struct agg_fd *mark, u64 ns, u64 written,
                                        struct agg_calls *blank)
 {
     struct agg_call_key key = {};
-    key.dev = dev;
+    key.dev = mark->dev;
     key.op = in->op;
     struct agg_calls *a = agg_calls.lookup(&key);
     if (!a) {
@@ -165,6 +166,7 @@ static __always_inline void agg_marked(struct inflight *in, u64 id, u64 dev, u64
     if (l && (s64)ns > l->latency_ns) {
         l->latency_ns = ns;
         l->ts_enter = in->ts_enter;
+        l->gen = mark->gen;
         l->tid = id;
         l->tgid = tgid;
         l->fd = in->fd;
@@ -187,7 +189,7 @@ static __always_inline void agg_syscall(struct inflight *in, u64 id, long ret, s
     u64 gen = g ? *g : 0;
     struct agg_fd *mark = agg_fds.lookup(&key);
     if (mark && mark->gen == gen) {
-        agg_marked(in, id, mark->dev, ns, written, blank);
+        agg_marked(in, id, mark, ns, written, blank);
         return;
     }
     struct agg_pending_key pk = {};

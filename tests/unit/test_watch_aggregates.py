@@ -188,7 +188,7 @@ def test_calls_on_an_undecided_fd_wait_until_it_is_decided(tmp_path):
     raw.pending = {(7, 5, 100, write): ((hist(50_000, 60_000, 70_000)[0], 180_000, 12288), (70_000, 95, 7))}
     raw.calls = {(99, fsync): (hist(3 * S)[0], 3 * S, 0)}
     raw.processes = {7: (0, 3 * S)}
-    raw.longest = (3 * S, 200, 8, 7, 5, fsync)
+    raw.longest = (3 * S, 200, 8, 7, 5, 100, fsync)
     swept, writes = agg.sweep(raw, 3 * S)
     assert writes.forget == [(7, 5, 100, write)]
     assert swept.longest["syscall"] == "fsync" and swept.longest["path"] == "/mnt/ckpt"
