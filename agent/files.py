@@ -312,20 +312,23 @@ class FdTable:
     def lookup(self, keys: np.ndarray, times: np.ndarray, resolve) -> tuple[np.ndarray, np.ndarray]:
         """File ids and mapping start times for many (key, time) pairs at once.
         resolve(key) is called once for a key with no history (an fd from before recording)."""
-        encoded = pa.array(keys).dictionary_encode()    # a hash: np.unique sorted the batch
-        uniq, inverse = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
+        distinct = Distinct(keys)    # a hash: np.unique sorted the batch
+        uniq, inverse = distinct.values, distinct.indices
         # Keys of one mapping (nearly all) are looked up together, in one pass over the rows:
         # a pass per key made a batch of a busy host's many fds cost keys x rows.
         first = np.zeros(len(uniq), np.int64)
         only = np.full(len(uniq), UNKNOWN, np.int64)
         several = []
+        earliest = int(times.min()) if times.size else 0
         for i, key in enumerate(uniq):
             hist = self.history.get(key)
             if hist is None:
                 self.set(key, 0, resolve(key))
                 hist = self.history[key]
-            if len(hist) == 1:
-                first[i], only[i] = hist[0]
+            # An fd whose newest mapping is older than the batch (a storm's, though its number
+            # had other files before) is one mapping for every row: no search over its rows.
+            if len(hist) == 1 or hist[-1][0] <= earliest:
+                first[i], only[i] = hist[-1]
             else:
                 several.append((i, hist))
         starts = first[inverse]

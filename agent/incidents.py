@@ -21,6 +21,8 @@ import time
 from slotscope.capture.safepath import open_parent, open_subdir
 from slotscope.capture.writer import CaptureWriteError, CaptureWriter
 
+from .flight import rows_of
+
 INCIDENT_RE = re.compile(r"incident-\d{8}T\d{6}(?:\.\d+)?Z-[a-z_]+")
 REPORTS = ("report.txt", "report.json", "report.html")
 ANALYSIS_TIMEOUT = 900.0    # s; an analysis that takes longer is stopped (its capture stays)
@@ -144,8 +146,9 @@ class Incident:
                     if not self.failure:
                         self.writer.write_meta(item)
                     break
-                if not self.failure:
-                    self.writer.append(name, item)
+                rows = None if self.failure else rows_of(item)    # made here, off the drain's thread
+                if rows is not None:
+                    self.writer.append(name, rows)
         except CaptureWriteError as exc:
             self.failure = str(exc)
             while self._queue.get()[0] is not None:    # let the rows go

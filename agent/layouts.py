@@ -160,15 +160,31 @@ LOSS_COUNTERS = tuple(BPF_COUNTERS)
 LAYOUTS = (SYS_EVENT, INFLIGHT, PATH_EVENT, ENV_EVENT, PROC_EVENT, RPC_EVENT, SLOT_EVENT, NFS_EVENT, OWNER_EVENT, XPRT_EVENT)
 
 
+RUN_SHARE = 8     # Distinct hashes runs, not rows, when there are fewer runs than rows / RUN_SHARE
+
+
 class Distinct:
     """The distinct values of an array, and which one each row holds (a hash, not a sort).
     A batch of events repeats few values (files, servers, procedure names): anything
     computed in Python is computed once per distinct value, not once per row."""
 
     def __init__(self, values: np.ndarray | pa.Array):
+        if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.size:
+            starts = np.flatnonzero(values[1:] != values[:-1]) + 1
+            if starts.size < values.size // RUN_SHARE:   # long runs (a storm's fd): hash one value a run
+                encoded = pa.array(values[np.concatenate(([0], starts))]).dictionary_encode()
+                self.values = encoded.dictionary.to_pylist()
+                lengths = np.diff(np.concatenate(([0], starts, [values.size])))
+                self._rows = pa.array(np.repeat(encoded.indices.to_numpy(), lengths))
+                return
         encoded = (values if isinstance(values, pa.Array) else pa.array(values)).dictionary_encode()
         self.values = encoded.dictionary.to_pylist()
         self._rows = encoded.indices
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Which of `values` each row holds."""
+        return self._rows.to_numpy()
 
     def map(self, fn, kind: pa.DataType) -> pa.Array:
         """fn(v) for every row's value."""

@@ -54,6 +54,10 @@ OCCUPANCY = {
 SWEPT_OCCUPANCY = dict(zip(("in_use_ns", "backlog_ns", "full_ns"), OCCUPANCY))   # aggregates.Sweep's keys
 
 
+# The tables whose rows observe() reads, and the method that reads each.
+OBSERVERS = {"syscall": "_syscalls", "loss": "_loss", "procs": "_procs", "blocked": "_blocked"}
+
+
 class Metrics:
     """What the endpoint serves; fed by sweep() with what the kernel's aggregates added, by
     observe(name, rows) with every table a drain appends (a FlightRecorder listener), and by
@@ -77,10 +81,10 @@ class Metrics:
         self.flight = lambda: (0, 0.0)                          # (bytes, seconds) the flight recorder holds
 
     def observe(self, name: str, rows: pa.Table) -> None:
-        fn = {"syscall": self._syscalls, "loss": self._loss, "procs": self._procs, "blocked": self._blocked}.get(name)
-        if fn:
+        method = OBSERVERS.get(name)
+        if method:
             with self._lock:
-                fn(rows)
+                getattr(self, method)(rows)
 
     def sweep(self, swept) -> None:
         """What the kernel's aggregates added since the last sweep (an aggregates.Sweep)."""
@@ -217,7 +221,7 @@ class Metrics:
         yield GaugeMetricFamily("slotscope_agent_resident_memory_bytes", "Resident memory of the agent",
                                 value=rss)
         held_bytes, held_s = self.flight()
-        yield GaugeMetricFamily("slotscope_flight_recorder_bytes", "Rows the flight recorder holds (Arrow bytes)",
+        yield GaugeMetricFamily("slotscope_flight_recorder_bytes", "Bytes the flight recorder holds (rows and records, compressed)",
                                 value=held_bytes)
         yield GaugeMetricFamily("slotscope_flight_recorder_seconds", "How far back the flight recorder reaches",
                                 value=held_s)

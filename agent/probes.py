@@ -23,8 +23,8 @@ from slotscope.capture.syscalls import OPS
 
 from . import aggregates, btf, kernel
 from .identity import RANK_VARS
-from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PROC_EVENT, RINGS,
-                      RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
+from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PATH_MAX_CAPTURED,
+                      PROC_EVENT, RINGS, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .memory import release_compiler
 from .ringbuf import RingReader, record_size
 from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
@@ -135,7 +135,30 @@ class Filters:
     tgids: list[int] = field(default_factory=list)   # trace these and their descendants only
     cgroup: str | None = None                        # cgroup v2 directory
     devs: frozenset[int] | None = None               # stats of other devices are dropped (files.traced_devs)
+    prefixes: tuple[str, ...] = ()                   # --path: calls plainly outside them are dropped
     aggregate: bool = False                          # watch's in-kernel aggregates (aggregates.py)
+
+
+PATH_PREFIXES_MAX = 4   # the kernel drops calls outside at most this many --path prefixes; beyond, user space
+
+
+def path_filter_flags(prefixes: tuple[str, ...]) -> list[str]:
+    """The -D flags of bpf/syscalls.c's --path filter: PATH_RELATED(s), true for a path s (its
+    bytes; normal, absolute) at or under a prefix, or above one (a directory the prefix is
+    in), compared byte by byte. None where user space must decide alone: no prefix, "/",
+    more than PATH_PREFIXES_MAX, or one too long for the kernel's path buffer."""
+    encoded = [p.encode() for p in prefixes]
+    if not encoded or len(encoded) > PATH_PREFIXES_MAX or b"/" in encoded or \
+            any(len(p) >= PATH_MAX_CAPTURED - 1 for p in encoded):
+        return []
+
+    def starts(p: bytes, n: int) -> list[str]:
+        return [f"s[{j}]=={p[j]}" for j in range(n)]
+    terms = []
+    for p in encoded:
+        terms.append(starts(p, len(p)) + [f"(s[{len(p)}]==0||s[{len(p)}]=={ord('/')})"])   # at or under
+        terms += [starts(p, m) + [f"s[{m}]==0"] for m in range(1, len(p)) if p[m] == ord("/")]   # above
+    return ["-DFILTER_PATHS", f"-DPATH_RELATED(s)=({'||'.join('(' + '&&'.join(t) + ')' for t in terms)})"]
 
 
 @dataclass(frozen=True)
@@ -143,11 +166,14 @@ class Stream:
     """What a probe group's rings become in the capture: `build(drain, *records)` makes the rows
     of `table` from one drain's records of `rings` (None: nothing to write). `drain` gives the
     decoding state (drain.decoder, drain.clients, drain.now_ns). A stream is built when one of
-    its rings has records, or on every drain with `each_drain`."""
+    its rings has records, or on every drain with `each_drain`. A `stateless` stream's rows
+    depend on its records alone (and on the RPC clients' names): they can be built later, from
+    the records kept (watch's flight recorder does, on a trigger)."""
     table: str
     rings: tuple[str, ...]
     build: Callable
     each_drain: bool = False
+    stateless: bool = False
 
 
 class ProbeGroup:
@@ -264,6 +290,7 @@ class SyscallProbes(ProbeGroup):
             flags.append("-DFILTER_CGROUP")
         if filters.devs is not None:
             flags.append("-DFILTER_DEVS")
+        flags += path_filter_flags(filters.prefixes)
         return flags
 
 
@@ -289,8 +316,8 @@ class SunrpcProbes(ProbeGroup):
     # seconds of a busy transport's events, not within the drain period: each forced
     # wakeup is one more drain, as costly as the regular one.
     rings = {"rpc_ring": (RPC_EVENT, 1024), "slot_ring": (SLOT_EVENT, 1024)}
-    streams = (Stream("rpc", ("rpc_ring",), lambda d, ev: rpc_table(ev, d.clients, d.now_ns())),
-               Stream("slots", ("slot_ring",), lambda d, ev: slots_table(ev, d.clients)))
+    streams = (Stream("rpc", ("rpc_ring",), lambda d, ev: rpc_table(ev, d.clients, d.now_ns()), stateless=True),
+               Stream("slots", ("slot_ring",), lambda d, ev: slots_table(ev, d.clients), stateless=True))
     required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]
@@ -315,7 +342,7 @@ class NfsProbes(ProbeGroup):
     description = "WRITE/COMMIT/READ sizes, offsets and stability (nfs:* tracepoints)"
     source = "nfs.c"
     rings = {"nfs_ring": (NFS_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
-    streams = (Stream("nfs_io", ("nfs_ring",), lambda d, ev: nfs_table(ev)),)
+    streams = (Stream("nfs_io", ("nfs_ring",), lambda d, ev: nfs_table(ev), stateless=True),)
     required = [("nfs", ev) for ev in ("nfs_initiate_write", "nfs_writeback_done",
                                        "nfs_initiate_commit", "nfs_commit_done")]
     # The NFS client's entry points whose time inside a traced syscall is added to its record
@@ -454,7 +481,7 @@ class OwnerProbes(KprobeGroup):
                    "(kprobes on nfs_file_write, nfs_initiate_write)")
     source = "owners.c"
     rings = {"owner_ring": (OWNER_EVENT, 64)}
-    streams = (Stream("owners", ("owner_ring",), lambda d, ev: owners_table(ev)),)
+    streams = (Stream("owners", ("owner_ring",), lambda d, ev: owners_table(ev), stateless=True),)
     module = "nfs"
     functions = ("nfs_file_write", "nfs_initiate_write")
     headers = ("linux/fs.h", "linux/sched.h", "linux/nfs_fs.h", "linux/nfs_xdr.h")
@@ -471,7 +498,7 @@ class XprtProbes(KprobeGroup):
                    "used (kprobes on xprt_reserve, xprt_free_slot)")
     source = "xprt.c"
     rings = {"xprt_ring": (XPRT_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
-    streams = (Stream("xprt", ("xprt_ring",), lambda d, ev: xprt_table(ev, d.clients)),)
+    streams = (Stream("xprt", ("xprt_ring",), lambda d, ev: xprt_table(ev, d.clients), stateless=True),)
     needs = "sunrpc"
     module = "sunrpc"
     functions = ("xprt_reserve", "xprt_free_slot")

@@ -39,7 +39,8 @@ def record_ebpf(opts: RecordOptions, aggregate: bool = False) -> str:
     # whether processes are filtered at all.
     tgids = list(opts.pids) + ([0] if opts.command else [])
     devs = traced_devs(opts.file_filter(), mount_tables())
-    return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup, devs=devs, aggregate=aggregate), skipped)
+    return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup, devs=devs,
+                                     prefixes=opts.file_filter().prefixes, aggregate=aggregate), skipped)
 
 
 class Recorder(Recording):
@@ -59,7 +60,8 @@ class Recorder(Recording):
         self.devs = traced_devs(self.file_filter, mount_tables())
 
     def _filters(self) -> Filters:
-        return Filters(tgids=self.tgids, cgroup=self.opts.cgroup, devs=self.devs)
+        return Filters(tgids=self.tgids, cgroup=self.opts.cgroup, devs=self.devs,
+                       prefixes=self.file_filter.prefixes)
 
     def _attach(self) -> None:
         filters = self._filters()
@@ -169,11 +171,15 @@ class Recorder(Recording):
         for stream in self.streams:
             records = [batch[ring] for ring in stream.rings]
             if stream.each_drain or any(r.size for r in records):
-                rows = stream.build(self, *records)
-                if rows is not None:
-                    self.writer.append(stream.table, rows)
-                    self.rows += rows.num_rows
+                self._take(stream, records)
         self._tick()
+
+    def _take(self, stream, records: list) -> None:
+        """A stream's records of this drain, into the capture as rows."""
+        rows = stream.build(self, *records)
+        if rows is not None:
+            self.writer.append(stream.table, rows)
+            self.rows += rows.num_rows
 
     def _write_blocked(self):
         """The `blocked` rows of now (None: nothing blocked), written."""

@@ -42,20 +42,23 @@ class ClientNames:
 
     def server(self, cid: int) -> str | None:
         """One client's server (None where unknown)."""
-        if cid not in self._names:
-            self._refresh()
-            self._names.setdefault(cid, None)   # not in debugfs: do not look again
+        self.learn(np.array([cid], np.uint32))
         return self._names[cid]
 
-    def names(self, ids: np.ndarray) -> pa.Array:
-        """The server of each row's client (strings; null where unknown)."""
+    def learn(self, ids: np.ndarray) -> Distinct:
+        """Read the names of clients not seen before (while they exist: a mount's clients go
+        with it). -> the distinct ids."""
         distinct = Distinct(ids)
         new = set(distinct.values) - self._names.keys()
         if new:
             self._refresh()
             for cid in new - self._names.keys():
                 self._names[cid] = None   # not in debugfs: do not look again
-        return distinct.map(self._names.__getitem__, pa.string())
+        return distinct
+
+    def names(self, ids: np.ndarray) -> pa.Array:
+        """The server of each row's client (strings; null where unknown)."""
+        return self.learn(ids).map(self._names.__getitem__, pa.string())
 
 
 def _span(end: np.ndarray, start: np.ndarray, fallback: np.ndarray) -> np.ndarray:

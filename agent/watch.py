@@ -3,7 +3,8 @@
 The same probes, drain and decoding as `record` (a Recorder whose capture is a
 FlightRecorder in memory), and the kernel's own aggregates besides (aggregates.py, compiled
 for watch alone): after every drain one sweep of their maps feeds the metrics and the
-slot_full_s and blocked_s triggers (triggers.py), which are then evaluated. When one fires,
+slot_full_s and blocked_s triggers (triggers.py), which are then evaluated; rows are built
+every drain only of the tables the metrics and triggers still read (ROWS_READ). When one fires,
 the flight recorder's rows and those of the next --after seconds become an incident capture
 (incidents.py), analysed in a process of its own.
 
@@ -15,6 +16,7 @@ is re-armed.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -30,23 +32,27 @@ from slotscope.capture.writer import CaptureWriteError
 from .aggregates import Aggregator, Writes, monotonic_ns, read_maps, write_maps
 from .conditions import Blocked, longest_full, not_responding, returned_blocked, slow_save
 from .files import UNKNOWN, FdTable, mount_tables, traced_devs
-from .flight import FlightRecorder
+from .flight import FlightRecorder, packed_records
 from .incidents import Incident, incident_name, open_out, prune
 from .meta import clock_pair
-from .metrics import FD_CALLS, Metrics, serve
+from .metrics import FD_CALLS, OBSERVERS, Metrics, serve
 from .probes import DRAIN_EVERY, Filters
 from .recorder import Recorder
 from .recording import RecordError, RecordOptions, _refuse_traced_output
 from .triggers import REARM_S, Arming
 
 KEEP_S = 120.0              # --keep
-KEEP_BYTES = 64 << 20       # --keep-size: Arrow bytes of rows held (see README: watch)
+KEEP_BYTES = 32 << 20       # --keep-size: bytes held, compressed (see README: watch)
 AFTER_S = 10.0              # --after: seconds of rows after the trigger
 MAX_DISK = 1 << 30          # --max-disk
 PROCESS_CAP = 100           # --per-process's series
 # What the watch logs without -v: all but the status lines.
 LOGGED = ("watching", "incident", "stopped", "SIGHUP", "warning", "no incident", "--max-disk")
 STOP_WAIT = 60.0            # s a stop waits for an incident's writing and analysis
+TRIGGER_TABLES = ("syscall", "blocked", "kmsg")   # whose rows the triggers read (_observe)
+# Every drain's rows of these are built; a stateless stream's other records wait in the flight
+# recorder for an incident (flight.py).
+ROWS_READ = frozenset(OBSERVERS) | frozenset(TRIGGER_TABLES)
 
 
 @dataclass
@@ -182,6 +188,17 @@ class Watcher(Recorder):
     def _say(self, text: str, always: bool = False) -> None:
         if self.opts.status or always or text.startswith(LOGGED):
             print(log_line(text, self.journal), file=sys.stderr, flush=True)
+
+    def _take(self, stream, records: list) -> None:
+        if not stream.stateless or stream.table in ROWS_READ or self.collect_until is not None:
+            super()._take(stream, records)      # an incident being collected takes rows
+            return
+        for r in records:       # the servers' names read while their clients exist
+            if "client_id" in r.dtype.names:
+                self.clients.learn(r["client_id"])
+        drained = _Drained(self.clients, self.now_ns())
+        self.writer.hold(stream.table, packed_records(functools.partial(stream.build, drained), records))
+        self.rows += sum(r.size for r in records)
 
     def _drain(self) -> None:
         super()._drain()
@@ -361,6 +378,16 @@ class Watcher(Recorder):
         self.arming.rearm_all()
         self._say(f"SIGHUP: mounts read again ({'every device' if devs is None else f'{added} device(s) added'}), "
                   f"triggers re-armed", always=True)
+
+
+class _Drained:
+    """What a stateless stream's build reads of its drain (probes.Stream), as it was then."""
+
+    def __init__(self, clients, now_ns: int):
+        self.clients, self._now_ns = clients, now_ns
+
+    def now_ns(self) -> int:
+        return self._now_ns
 
 
 def watch(opts: WatchOptions, argv: list[str]) -> int:

@@ -18,6 +18,11 @@
  * (the exit timestamp) when an open/dup creates it or a close ends it; a mark
  * applies only while it names the current generation, so an fd reused for an
  * NFS file is never skipped because of its previous file.
+ *
+ * With --path (FILTER_PATHS), a path-taking call whose paths are plainly outside every
+ * prefix is dropped here, and an fd it opens is skipped from then on: on a busy host every
+ * process's opens and stats would otherwise fill the path ring, to be thrown away in user
+ * space (PATH_RELATED, agent/probes.py path_filter_flags).
  */
 
 typedef int rwf_t;  /* pwritev2's format names it; the headers BCC uses lack it */
@@ -300,6 +305,49 @@ static __always_inline int untraced_stat(struct inflight *in, long ret)
 #endif
 }
 
+#ifdef FILTER_PATHS
+struct path_buf { u64 w[PATH_MAX_CAPTURED / 8]; };
+BPF_PERCPU_ARRAY(path_scratch, struct path_buf, 1);
+
+#define BYTES(c) ((c) * 0x0101010101010101ULL)
+/* 0x80 in each byte of x that is zero, 0 elsewhere (exact: no carry from byte to byte). */
+static __always_inline u64 zero_bytes(u64 x)
+{
+    u64 low7 = BYTES(0x7f);
+    return ~(((x & low7) + low7) | x | low7);
+}
+
+/* Whether user space would find the path outside every --path prefix and not above one (a
+ * directory an *at call may start from): absolute, complete and already normal (no "//", no
+ * "/." that os.path.normpath could fold, no trailing "/"), and PATH_RELATED false. Any other
+ * path is user space's to decide. Eight bytes at a time, without a branch per byte: a
+ * byte-by-byte loop was refused by 5.10's verifier, and unrolled took seconds to verify. */
+static __always_inline int unrelated_path(u64 uptr)
+{
+    u32 zero = 0;
+    struct path_buf *b = path_scratch.lookup(&zero);
+    if (!b)
+        return 0;
+#pragma unroll
+    for (int k = 0; k < PATH_MAX_CAPTURED / 8; k++)
+        b->w[k] = 0;        /* past the path's end: zeros, not an earlier path's bytes */
+    long n = bpf_probe_read_user_str(b->w, sizeof(b->w), (const void *)uptr);
+    const unsigned char *s = (const unsigned char *)b->w;
+    if (n < 2 || n >= sizeof(b->w) || s[0] != '/')
+        return 0;
+    u64 folded = 0;     /* a '/' followed by '/', '.' or the end */
+#pragma unroll
+    for (int k = 0; k < PATH_MAX_CAPTURED / 8; k++) {
+        /* volatile: loaded one by one as used (all 32 loaded first spilled past the stack) */
+        u64 x = *(volatile u64 *)&b->w[k];
+        u64 next = (x >> 8) | ((u64)(k + 1 < PATH_MAX_CAPTURED / 8 ? *(volatile u8 *)&s[8 * k + 8] : 0) << 56);
+        folded |= zero_bytes(x ^ BYTES('/')) &
+                  (zero_bytes(next ^ BYTES('/')) | zero_bytes(next ^ BYTES('.')) | zero_bytes(next));
+    }
+    return !folded && !PATH_RELATED(s);
+}
+#endif
+
 static __always_inline int emit_path(s64 ts_enter, u32 tid, u8 slot, u64 uptr)
 {
     struct path_event *p = path_ring.ringbuf_reserve(sizeof(struct path_event));
@@ -325,7 +373,8 @@ static __always_inline int creates_fd(u16 op)
            op == SYSOP_DUP2 || op == SYSOP_DUP3 || op == SYSOP_FCNTL;
 }
 
-static __always_inline int leave(long ret)
+/* `paths`: a call that takes paths (a constant: the others compile without the path filter). */
+static __always_inline int leave(long ret, int paths)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = id;
@@ -350,6 +399,18 @@ static __always_inline int leave(long ret)
     }
     if (in->skip || untraced_stat(in, ret))
         goto out;
+#ifdef FILTER_PATHS
+    /* Never a chdir (EXIT, not EXIT_PATHS): the cwd is what relative paths are resolved against. */
+    if (paths && in->path1 && unrelated_path(in->path1) &&
+        (!in->path2 || unrelated_path(in->path2))) {
+        if (changed >= 0 && in->op != SYSOP_CLOSE) {   /* an untraced file's new fd */
+            u64 key = fd_key(id >> 32, changed);
+            u64 gen = now;
+            fd_ignore.update(&key, &gen);
+        }
+        goto out;
+    }
+#endif
 
     /* Paths first: a committed syscall record implies its paths are committed. */
     u8 npaths = 0;
@@ -385,7 +446,9 @@ out:
 }
 
 #define EXIT(name) \
-    TRACEPOINT_PROBE(syscalls, sys_exit_##name) { return leave(args->ret); }
+    TRACEPOINT_PROBE(syscalls, sys_exit_##name) { return leave(args->ret, 0); }
+#define EXIT_PATHS(name) \
+    TRACEPOINT_PROBE(syscalls, sys_exit_##name) { return leave(args->ret, 1); }
 
 /* ---- the syscalls; each is compiled only where its tracepoint exists ---- */
 
@@ -442,7 +505,7 @@ EXIT(ftruncate)
 #ifdef HAVE_openat
 TRACEPOINT_PROBE(syscalls, sys_enter_openat)
 { return enter(SYSOP_OPENAT, args->dfd, -1, 0, -1, args->flags, args->filename, 0, 0); }
-EXIT(openat)
+EXIT_PATHS(openat)
 #endif
 #ifdef HAVE_openat2
 TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
@@ -451,57 +514,57 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
     bpf_probe_read_user(&flags, sizeof(flags), args->how);
     return enter(SYSOP_OPENAT2, args->dfd, -1, 0, -1, flags, args->filename, 0, 0);
 }
-EXIT(openat2)
+EXIT_PATHS(openat2)
 #endif
 #ifdef HAVE_creat
 TRACEPOINT_PROBE(syscalls, sys_enter_creat)
 { return enter(SYSOP_CREAT, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
-EXIT(creat)
+EXIT_PATHS(creat)
 #endif
 #ifdef HAVE_rename
 TRACEPOINT_PROBE(syscalls, sys_enter_rename)
 { return enter(SYSOP_RENAME, AT_FDCWD_VAL, AT_FDCWD_VAL, 0, -1, 0, args->oldname, args->newname, 0); }
-EXIT(rename)
+EXIT_PATHS(rename)
 #endif
 #ifdef HAVE_renameat
 TRACEPOINT_PROBE(syscalls, sys_enter_renameat)
 { return enter(SYSOP_RENAMEAT, args->olddfd, args->newdfd, 0, -1, 0, args->oldname, args->newname, 0); }
-EXIT(renameat)
+EXIT_PATHS(renameat)
 #endif
 #ifdef HAVE_renameat2
 TRACEPOINT_PROBE(syscalls, sys_enter_renameat2)
 { return enter(SYSOP_RENAMEAT2, args->olddfd, args->newdfd, 0, -1, args->flags, args->oldname, args->newname, 0); }
-EXIT(renameat2)
+EXIT_PATHS(renameat2)
 #endif
 #ifdef HAVE_unlink
 TRACEPOINT_PROBE(syscalls, sys_enter_unlink)
 { return enter(SYSOP_UNLINK, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
-EXIT(unlink)
+EXIT_PATHS(unlink)
 #endif
 #ifdef HAVE_unlinkat
 TRACEPOINT_PROBE(syscalls, sys_enter_unlinkat)
 { return enter(SYSOP_UNLINKAT, args->dfd, -1, 0, -1, args->flag, args->pathname, 0, 0); }
-EXIT(unlinkat)
+EXIT_PATHS(unlinkat)
 #endif
 #ifdef HAVE_mkdir
 TRACEPOINT_PROBE(syscalls, sys_enter_mkdir)
 { return enter(SYSOP_MKDIR, AT_FDCWD_VAL, -1, 0, -1, 0, args->pathname, 0, 0); }
-EXIT(mkdir)
+EXIT_PATHS(mkdir)
 #endif
 #ifdef HAVE_mkdirat
 TRACEPOINT_PROBE(syscalls, sys_enter_mkdirat)
 { return enter(SYSOP_MKDIRAT, args->dfd, -1, 0, -1, 0, args->pathname, 0, 0); }
-EXIT(mkdirat)
+EXIT_PATHS(mkdirat)
 #endif
 #ifdef HAVE_newfstatat
 TRACEPOINT_PROBE(syscalls, sys_enter_newfstatat)
 { return enter_stat(SYSOP_NEWFSTATAT, args->dfd, args->flag, args->filename, args->statbuf); }
-EXIT(newfstatat)
+EXIT_PATHS(newfstatat)
 #endif
 #ifdef HAVE_statx
 TRACEPOINT_PROBE(syscalls, sys_enter_statx)
 { return enter_stat(SYSOP_STATX, args->dfd, args->flags, args->filename, args->buffer); }
-EXIT(statx)
+EXIT_PATHS(statx)
 #endif
 #ifdef HAVE_chdir
 TRACEPOINT_PROBE(syscalls, sys_enter_chdir)

@@ -519,8 +519,8 @@ def parser() -> argparse.ArgumentParser:
                                                  "missing); required but with --ebpf")
     w.add_argument("--keep", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="seconds of rows kept in memory (default 120)")
-    w.add_argument("--keep-size", type=size, default=64 << 20, metavar="SIZE",
-                   help="and at most this many bytes of rows (Arrow buffers; default 64M): the oldest go first")
+    w.add_argument("--keep-size", type=size, default=32 << 20, metavar="SIZE",
+                   help="and at most this many bytes of them (LZ4-compressed; default 32M): the oldest go first")
     w.add_argument("--after", type=positive_seconds, default=10.0, metavar="SECONDS",
                    help="seconds of rows after the trigger that the incident holds too (default 10)")
     w.add_argument("--trigger", action="append", default=[], metavar="NAME=VALUE",

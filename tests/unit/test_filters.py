@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from slotscope.agent.files import UNKNOWN, FdTable, FileFilter, traced_devs
+from slotscope.agent.layouts import PATH_MAX_CAPTURED
 from slotscope.agent.mounts import MountTable, parse_mountinfo
+from slotscope.agent.probes import PATH_PREFIXES_MAX, path_filter_flags
 from slotscope.agent.recorder import RecordOptions
 
 pytestmark = pytest.mark.unit
@@ -250,6 +252,25 @@ def test_lookup_agrees_with_at(mappings):
     assert list(zip(since.tolist(), found.tolist())) == want
 
 
+def test_lookup_of_a_storm_batch_agrees_with_at():
+    """A storm's batch: long runs of one fd whose number named other files before (its newest
+    mapping older than the batch: one mapping for all its rows), among a few rows of an fd
+    reopened inside the batch (searched row by row)."""
+    fds = FdTable()
+    storm, other = FdTable.key(100, 5), FdTable.key(200, 3)
+    for since, fid in ((T1, A), (T2, UNKNOWN), (T3, B)):
+        fds.set(storm, since, fid)
+    fds.set(other, T1, A)
+    fds.set(other, T3 + 500, C)
+    times = np.arange(T3 + 100, T3 + 1_100, 10, dtype=np.int64)
+    keys = np.full(times.shape, storm, np.int64)
+    keys[[30, 31, 70]] = other                        # before and after its reopen
+    found, since = fds.lookup(keys, times, lambda k: UNKNOWN)
+    want = [fds.at(int(k), int(t)) or (0, UNKNOWN) for k, t in zip(keys, times)]
+    assert list(zip(since.tolist(), found.tolist())) == want
+    assert found[[30, 70]].tolist() == [A, C] and set(found[keys == storm].tolist()) == {B}
+
+
 def test_close_range_closes_only_its_range():
     fds = FdTable()
     for fd, fid in ((3, A), (4, B), (9, C)):
@@ -309,3 +330,30 @@ def test_find_ends_on_paths_that_are_not_normalised():
     table = MountTable(parse_mountinfo(MOUNTINFO))
     assert table.find("//.python-version") is None
     assert table.find("relative/x") is None
+
+
+def _related(flags: list[str], path: str) -> bool:
+    """PATH_RELATED(s) of bpf/syscalls.c, evaluated on the path's bytes as the kernel's buffer holds them."""
+    [macro] = [f for f in flags if f.startswith("-DPATH_RELATED(s)=")]
+    s = path.encode() + bytes(PATH_MAX_CAPTURED)
+    return eval(macro.partition("=")[2].replace("&&", " and ").replace("||", " or "), {"s": s})
+
+
+@pytest.mark.parametrize("prefixes", [("/mnt/ckpt",), ("/mnt/ckpt", "/var/tmp/rün x"), ("/a",)])
+def test_the_kernel_path_filter_keeps_what_user_space_would(prefixes):
+    """The kernel drops a normal absolute path only where the filter would refuse it and it is
+    not a directory above a prefix (an openat may start there)."""
+    flags = path_filter_flags(prefixes)
+    assert "-DFILTER_PATHS" in flags
+    paths = ["/", "/mnt", "/mnt/ckpt", "/mnt/ckpt/x.pt", "/mnt/ckpt/a/b", "/mnt/ckptx", "/mnt/ck", "/mn",
+             "/var", "/var/tmp", "/var/tmp/rün x", "/var/tmp/rün x/y", "/var/tmp/rün", "/var/tmp/rün xy",
+             "/a", "/ab", "/a/b", "/usr/lib/python3/os.py", "/b/a"]
+    for path in paths[1:]:      # "/" is never dropped: not normal for the kernel's check (a trailing "/")
+        above = any(p.startswith(path + "/") for p in prefixes)
+        assert _related(flags, path) == (FileFilter(prefixes, None).matches(path, None) or above), path
+
+
+def test_no_kernel_path_filter_where_user_space_must_decide():
+    assert path_filter_flags(()) == [] and path_filter_flags(("/",)) == []
+    assert path_filter_flags(tuple(f"/p{i}" for i in range(PATH_PREFIXES_MAX + 1))) == []
+    assert path_filter_flags(("/" + "x" * PATH_MAX_CAPTURED,)) == []

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from slotscope.agent.layouts import LAYOUTS, PATH_EVENT, PROC_EVENT, SYS_EVENT, Layout, c_header
+from slotscope.agent.layouts import LAYOUTS, PATH_EVENT, PROC_EVENT, SYS_EVENT, Distinct, Layout, c_header
 
 pytestmark = pytest.mark.unit
 
@@ -186,3 +186,16 @@ print(" ".join(sorted(set(sys.modules) - before)))
                   for how in ("cold", "warm"))
     assert "numpy.ma" in cold      # what the warm-up is for, or this test tests nothing
     assert warm == []
+
+
+@pytest.mark.parametrize("values", [
+    np.full(1000, 7, np.int64),                                     # one value: one run
+    np.repeat(np.array([5, 9, 5, 2], np.uint32), 300),              # long runs, a value seen twice
+    np.random.default_rng(1).integers(0, 4, 1000, dtype=np.int64),  # short runs: hashed by row
+    np.array([3], np.int64),
+], ids=["constant", "runs", "mixed", "single"])
+def test_distinct_maps_every_row_to_its_own_value(values):
+    distinct = Distinct(values)
+    assert sorted(distinct.values) == sorted(set(values.tolist()))
+    assert np.array(distinct.values)[distinct.indices].tolist() == values.tolist()
+    assert distinct.map(lambda v: f"v{v}", pa.string()).to_pylist() == [f"v{v}" for v in values.tolist()]

@@ -2,10 +2,13 @@
 and the metrics served from real rows and the kernel's sweeps (more in test_watch_aggregates)."""
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
-from slotscope.agent.flight import STICKY_SHARE, FlightRecorder
+from slotscope.agent.flight import STICKY_SHARE, FlightRecorder, packed, packed_records, rows_of
+from slotscope.agent.layouts import NFS_EVENT
+from slotscope.agent.rpc_rows import nfs_table
 from slotscope.agent.incidents import incident_name, incidents, open_out, prune
 from slotscope.agent.metrics import Metrics, parse_address
 from slotscope.capture.tables import PROCS, SYSCALL
@@ -23,19 +26,22 @@ def test_flight_recorder_keeps_the_last_seconds():
     fr = FlightRecorder("/nowhere", keep_s=10, max_bytes=1 << 30)
     for t in range(30):
         fr.append("syscall", _rows(1, t), now=float(t))
-    kept = [rows["x"][0].as_py() for _, rows in fr.contents()]
+    kept = [rows_of(item)["x"][0].as_py() for _, item in fr.contents()]
     assert kept == list(range(19, 30))      # appended at 19..29: within 10 s of 29
     assert fr.evicted_bytes == 0
 
 
 def test_flight_recorder_bounded_by_bytes_oldest_first():
-    chunk = _rows(1000)
-    fr = FlightRecorder("/nowhere", keep_s=1e6, max_bytes=5 * chunk.nbytes)
+    """Rows are kept compressed, and counted so: 1000 rows of one value take far less."""
+    chunk = packed(_rows(1000)).nbytes
+    assert chunk < _rows(1000).nbytes // 10
+    fr = FlightRecorder("/nowhere", keep_s=1e6, max_bytes=5 * chunk)
     for t in range(12):
         fr.append("syscall", _rows(1000, t), now=float(t))
-    kept = [rows["x"][0].as_py() for _, rows in fr.contents()]
-    assert kept == [7, 8, 9, 10, 11] and fr.size_bytes() == 5 * chunk.nbytes
-    assert fr.evicted_bytes == 7 * chunk.nbytes
+    kept = [rows_of(item) for _, item in fr.contents()]
+    assert [rows["x"][0].as_py() for rows in kept] == [7, 8, 9, 10, 11] and fr.size_bytes() == 5 * chunk
+    assert all(rows.equals(_rows(1000, t)) for rows, t in zip(kept, range(7, 12)))
+    assert fr.evicted_bytes == 7 * chunk
 
 
 def test_process_rows_outlive_the_window():
@@ -48,7 +54,7 @@ def test_process_rows_outlive_the_window():
     assert [name for name, _ in fr.contents()].count("procs") == 1
     for t in range(10_000):
         fr.append("procs", procs, now=100.0 + t)
-    held = sum(rows.nbytes for name, rows in fr.contents() if name == "procs")
+    held = sum(rows.nbytes for name, rows in fr.contents() if name == "procs")     # kept as they are
     assert held <= (1 << 20) // STICKY_SHARE
 
 
@@ -60,6 +66,28 @@ def test_listeners_see_every_append():
     fr.append("syscall", _rows(0), now=0.0)
     fr.append("loss", _rows(1).to_batches()[0], now=0.0)
     assert seen == [("syscall", 3), ("loss", 1)]
+
+
+def test_records_held_are_built_when_taken():
+    """A stateless stream's records wait as read, counted by their bytes; an incident takes
+    them as the rows the drain would have built, in the order held; no listener sees them."""
+    fr = FlightRecorder("/nowhere", keep_s=10, max_bytes=1 << 20)
+    seen = []
+    fr.listeners.append(lambda name, rows: seen.append(name))
+    batches = []
+    for t in range(4):
+        ev = np.zeros(3, NFS_EVENT.dtype)
+        ev["ts"], ev["kind"], ev["fileid"], ev["offset"] = t, 1, 77, np.arange(3) * 4096 + t
+        batches.append(ev)
+        fr.hold("nfs_io", packed_records(nfs_table, [ev]), now=float(t * 6))
+        fr.append("syscall", _rows(1, t), now=float(t * 6))
+    assert seen == ["syscall"] * 4
+    held = packed_records(nfs_table, [batches[3]]).nbytes + packed(_rows(1, 3)).nbytes
+    assert 0 < fr.size_bytes() <= 2 * held + 16    # at 0 and 6 s: past keep_s at 18
+    taken = [(name, rows_of(item)) for name, item in fr.contents()]
+    assert [name for name, _ in taken] == ["nfs_io", "syscall", "nfs_io", "syscall"]
+    assert taken[0][1].equals(nfs_table(batches[2])) and taken[2][1].equals(nfs_table(batches[3]))
+    assert taken[0][1]["kind"].to_pylist() == ["write_start"] * 3
 
 
 def _incident(out, name: str, size: int) -> None:

@@ -58,6 +58,17 @@ def test_one_incident_the_storms(watched):
     first = pc.min(mine["ts_enter"]).as_py()
     assert fired - first >= incident["threshold"] * 1e9 and incident["before_s"] >= (fired - first) / 1e9
 
+    # the records kept as read (nfs_io, xprt: flight.py) became the rows the RPCs point to
+    rpcs = cap.read("rpc")
+    writes = rpcs.filter(pc.and_(pc.equal(rpcs["procname"], "WRITE"), pc.equal(rpcs["complete"], 1)))
+    nfs = cap.read("nfs_io")
+    starts = nfs.filter(pc.equal(nfs["kind"], "write_start"))
+    held = writes.filter(pc.greater_equal(writes["ts_begin"], pc.min(nfs["ts"])))
+    assert held.num_rows >= len(storm) * 64, held.num_rows     # every 4 KiB WRITE of the storm (0.25 MiB a rank)
+    started = set(zip(starts["fileid"].to_pylist(), starts["offset"].to_pylist()))
+    assert set(zip(held["fileid"].to_pylist(), held["io_offset"].to_pylist())) <= started
+    assert set(writes["xprt_id"].to_pylist()) <= set(cap.read("xprt")["xprt_id"].to_pylist())
+
     report = json.loads((path / "report.json").read_text())
     assert report["verdict"] == "slot_saturation", [(f["kind"], f["severity"]) for f in report["findings"]]
     [f] = [f for f in report["findings"] if f["kind"] == "slot_saturation"]

@@ -1,0 +1,52 @@
+"""--path on this kernel: the calls plainly outside the prefixes are dropped in the kernel
+(bpf/syscalls.c unrelated_path), the fds they open skipped; every traced file is still
+recorded, reached by a non-normal absolute path, from a directory fd or from the cwd."""
+import json
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from livehelp import slotscope
+from slotscope.capture.reader import Capture
+
+pytestmark = pytest.mark.live
+
+UNTRACED = 3000
+
+JOB = """
+import os, sys
+base = sys.argv[1]
+for i in range({n}):
+    fd = os.open(f"{{base}}/other/f{{i % 50}}", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"x" * 100)
+    os.close(fd)
+    os.stat(f"{{base}}/other/f{{i % 50}}")
+for p in (f"{{base}}/traced/a", f"{{base}}/./traced/b", f"{{base}}//traced/c", f"{{base}}/other/../traced/f"):
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600); os.write(fd, b"y" * 4096); os.close(fd)
+dfd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)      # above the prefix: kept, for the openat below
+fd = os.open("traced/d", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, dir_fd=dfd); os.write(fd, b"z" * 4096)
+os.close(fd)
+os.chdir(f"{{base}}/other")                              # outside the prefix: a chdir is never dropped
+fd = os.open("../traced/e", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600); os.write(fd, b"w" * 4096); os.close(fd)
+""".format(n=UNTRACED)
+
+
+def test_calls_outside_the_prefix_stay_in_the_kernel(tmp_path):
+    (tmp_path / "traced").mkdir()
+    (tmp_path / "other").mkdir()
+    cap = tmp_path / "cap"
+    res = slotscope("record", "-q", "--path", str(tmp_path / "traced"), "-o", str(cap), "--",
+                    sys.executable, "-c", JOB, str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    capture = Capture.open(str(cap))
+    rows = capture.read("syscall")
+    writes = rows.filter(pc.equal(pc.cast(rows["syscall"], pa.string()), "write"))
+    assert sorted(zip(writes["path"].to_pylist(), writes["bytes"].to_pylist())) == \
+        [(str(tmp_path / "traced" / name), 4096) for name in "abcdef"]
+    totals = json.loads((cap / "meta.json").read_text())["totals"]
+    # 4 untraced calls a round (open, write, close, stat) and two paths: 18,000 events in user
+    # space without the filter; what is left is the interpreter's start-up and the traced files'
+    assert totals["events"] < UNTRACED, totals
+    assert sum(totals["lost"].values()) == 0
