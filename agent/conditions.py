@@ -1,8 +1,9 @@
-"""The triggers' conditions, over the rows of each drain (vectorised over the batch, not per
-event), from the same tables `record` writes: blocked_s reads `blocked` and `syscall` rows
-(the calls in progress kept from drain to drain); slot_full_s and not_responding read `slots`
-and `kmsg` rows, which only a kernel with sunrpc/NFS produces (the VM rig), through the same
-code paths.
+"""The triggers' conditions. blocked_s reads the `blocked` snapshots (the traced calls in
+progress, kept from one snapshot to the next), the kernel's longest call on a traced fd of the
+interval (aggregates.py) and the rows of the calls that name a path; slot_full_s reads when
+each server's slot table became full (the kernel's, aggregates.py); not_responding reads the
+`kmsg` rows, slow_save the saves' clock. Only a kernel with sunrpc/NFS (the VM rig) feeds
+slot_full_s and not_responding, through the same code paths.
 """
 from __future__ import annotations
 
@@ -31,69 +32,35 @@ def _call(rows: pa.Table, i: int, in_progress: bool) -> dict:
 
 class Blocked:
     """The calls in progress that the `blocked` snapshots (one a second, of every call blocked
-    for a second or more) show, kept from one drain to the next: a call stays blocked until the
-    latest snapshot leaves it out, its `syscall` row says it returned, or no snapshot has shown
-    it for STALE_NS (they stop when nothing is blocked). Read from one drain's rows alone, the
-    condition went false in a drain without a snapshot, and a trigger re-armed by a second of
-    that fired again on the call it had already reported."""
-
-    STALE_NS = 3_000_000_000
+    for a second or more) show: a call stays blocked until a snapshot leaves it out (None: a
+    snapshot with nothing blocked). Read from one drain's rows alone, the condition went false
+    in a drain without a snapshot, and a trigger re-armed by a second of that fired again on
+    the call it had already reported."""
 
     def __init__(self):
-        self.calls: dict[tuple[int, int], tuple[dict, int]] = {}    # (tid, ts_enter) -> (call, last seen)
+        self.calls: dict[tuple[int, int], dict] = {}    # (tid, ts_enter) -> call
 
     def feed_snapshot(self, blocked: pa.Table | None) -> None:
-        if blocked is None or not blocked.num_rows:
+        self.calls = {}
+        if blocked is None:
             return
-        ts = blocked["ts"].to_numpy()
         for i, (tid, ts_enter) in enumerate(zip(blocked["tid"].to_pylist(), blocked["ts_enter"].to_pylist())):
-            self.calls[tid, ts_enter] = (_call(blocked, i, in_progress=True), int(ts[i]))
-        latest = int(ts.max())
-        self.calls = {k: v for k, v in self.calls.items() if v[1] >= latest}
-
-    def feed_returned(self, syscalls: pa.Table | None) -> None:
-        if syscalls is None or not syscalls.num_rows or not self.calls:
-            return
-        for key in zip(syscalls["tid"].to_pylist(), syscalls["ts_enter"].to_pylist()):
-            self.calls.pop(key, None)
+            self.calls[tid, ts_enter] = _call(blocked, i, in_progress=True)
 
     def longest(self, now_ns: int) -> tuple[int, dict | None]:
         """How long the longest-blocked call still in progress has been, and that call."""
-        self.calls = {k: v for k, v in self.calls.items() if now_ns - v[1] <= self.STALE_NS}
         if not self.calls:
             return 0, None
-        call = min((c for c, _ in self.calls.values()), key=lambda c: c["ts_enter"])
+        call = min(self.calls.values(), key=lambda c: c["ts_enter"])
         return now_ns - call["ts_enter"], call
 
 
-class SlotFull:
-    """How long each transport's slot table has been full: tasks asleep on xprt_backlog
-    (`slots` rows, backlog > 0) since the first such sample, until none waits. A transport's
-    waiters are those of all its RPC clients (a mount's nfs and nfsacl clients share it): an
-    nfsacl sample with none waiting does not end the nfs client's wait."""
-
-    def __init__(self):
-        self.since: dict[str, int] = {}     # server -> ts of the first full sample of this run
-        self.waiting: dict[tuple[str, int], int] = {}   # (server, RPC client) -> its last sample's backlog
-
-    def feed(self, slots: pa.Table | None) -> None:
-        if slots is None or not slots.num_rows:
-            return
-        order = np.argsort(slots["ts"].to_numpy(), kind="stable")
-        servers, clients = slots["server"].to_pylist(), slots["client_id"].to_pylist()
-        ts, backlog = slots["ts"].to_numpy(), slots["backlog"].to_numpy()
-        for i in order.tolist():
-            self.waiting[servers[i], clients[i]] = int(backlog[i])
-            if any(n > 0 for (server, _), n in self.waiting.items() if server == servers[i]):
-                self.since.setdefault(servers[i], int(ts[i]))
-            else:
-                self.since.pop(servers[i], None)
-
-    def longest(self, now_ns: int) -> tuple[int, str | None]:
-        if not self.since:
-            return 0, None
-        server = min(self.since, key=self.since.get)
-        return now_ns - self.since[server], server
+def longest_full(full_since: dict[str, int], now_ns: int) -> tuple[int, str | None]:
+    """How long the server whose slot table has been full the longest has been, and which."""
+    if not full_since:
+        return 0, None
+    server = min(full_since, key=full_since.get)
+    return now_ns - full_since[server], server
 
 
 NOT_RESPONDING = re.compile(r"server (\S+) not responding")

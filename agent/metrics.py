@@ -1,8 +1,11 @@
 """`slotscope watch --metrics ADDR:PORT`: an OpenMetrics/Prometheus endpoint.
 
-Names start with slotscope_, in base units (seconds, bytes); counters end in _total. The
-figures are summed per drain, over each batch of rows at once (never per event), into a few
-arrays; a scrape copies them under a lock. Labels are bounded: the syscall, the mount (the
+Names start with slotscope_, in base units (seconds, bytes); counters end in _total. Most
+figures come from the kernel's own aggregates (aggregates.py), read with one sweep of their
+maps per drain and added here (sweep()): the RPCs' histograms, the transports' integrals, the
+calls on traced fds and what each process wrote. The calls that name a path (open, stat,
+rename...), which the kernel cannot tell traced, come from their rows (observe()), summed per
+batch (never per event). A scrape copies the figures under a lock. Labels are bounded: the syscall, the mount (the
 mount point of the traced file) and, for the agent's own counters, the loss counter and the
 trigger. Per-process series (pid, comm, rank) are off by default; with them on, at most
 `process_cap` processes get their own series and the rest are summed under pid="other".
@@ -19,13 +22,15 @@ import pyarrow.compute as pc
 
 from slotscope.capture.syscalls import WRITE_SYSCALLS
 
+from .decode import FD_OPS
 from .mounts import MountTable
 
 # From 100 µs (a write into the page cache) to a minute (a hard mount's retries).
 LATENCY_BUCKETS_S = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                      1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_BOUNDS_NS = np.array([b * 1e9 for b in LATENCY_BUCKETS_S])
+BOUNDS_NS = np.array([b * 1e9 for b in LATENCY_BUCKETS_S])
 OTHER = "other"
+FD_CALLS = pa.array(FD_OPS)     # the calls on an fd that make rows: the kernel adds them up
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -37,25 +42,26 @@ HISTOGRAMS = {
     "slotscope_rpc_rtt_seconds": ("RPCs by their round trip (sent to reply)", ("server", "procedure")),
     "slotscope_rpc_execute_seconds": ("RPCs by their whole time (begin to end)", ("server", "procedure")),
 }
-RPC_SPANS = {"slot_wait_ns": "slotscope_rpc_slot_wait_seconds", "rtt_ns": "slotscope_rpc_rtt_seconds",
-             "execute_ns": "slotscope_rpc_execute_seconds"}
-# Per transport, integrals over time of the `slots` samples (each holds until the next).
+RPC_SPANS = {"slot_wait": "slotscope_rpc_slot_wait_seconds", "rtt": "slotscope_rpc_rtt_seconds",
+             "execute": "slotscope_rpc_execute_seconds"}
+# Per server, integrals over time of its clients' slots and waiters (the kernel's: aggregates.py).
 OCCUPANCY = {
     "slotscope_transport_slots_in_use_seconds": "Slots in use, integrated over time (rate(): the mean in use)",
     "slotscope_transport_backlog_seconds": "Tasks waiting for a slot, integrated over time (rate(): the mean "
                                            "waiting)",
     "slotscope_transport_full_seconds": "Time with tasks waiting for a slot (rate(): the share of time saturated)",
 }
+SWEPT_OCCUPANCY = dict(zip(("in_use_ns", "backlog_ns", "full_ns"), OCCUPANCY))   # aggregates.Sweep's keys
 
 
 # The tables whose rows observe() reads, and the method that reads each.
-OBSERVERS = {"syscall": "_syscalls", "rpc": "_rpcs", "slots": "_slots", "loss": "_loss", "procs": "_procs",
-             "blocked": "_blocked"}
+OBSERVERS = {"syscall": "_syscalls", "loss": "_loss", "procs": "_procs", "blocked": "_blocked"}
 
 
 class Metrics:
-    """What the endpoint serves; fed by observe(name, rows) with every table a drain appends
-    (a FlightRecorder listener), and by the watcher's own counts."""
+    """What the endpoint serves; fed by sweep() with what the kernel's aggregates added, by
+    observe(name, rows) with every table a drain appends (a FlightRecorder listener), and by
+    the watcher's own counts."""
 
     def __init__(self, per_process: bool = False, process_cap: int = 100):
         self.per_process, self.process_cap = per_process, process_cap
@@ -64,10 +70,9 @@ class Metrics:
         self._sums: dict[str, dict[tuple, float]] = {name: {} for name in HISTOGRAMS}
         self._written: dict[str, int] = {}                      # mount -> bytes
         self._process_written: dict[tuple[str, str, str], int] = {}   # (pid, comm, rank) -> bytes
+        self._process_blocked: dict[tuple[str, str, str], float] = {}  # (pid, comm, rank) -> s in traced calls
         self._idents: dict[int, tuple[str, str]] = {}            # tgid -> (comm, rank)
         self._occupancy: dict[str, dict[str, float]] = {name: {} for name in OCCUPANCY}   # -> server -> s
-        self._transports: dict[str, list[int]] = {}             # server -> [ts, in_use, backlog] since its last sample
-        self._clients: dict[tuple[str, int], tuple[int, int]] = {}  # (server, RPC client) -> its last (in_use, backlog)
         self._lost: dict[str, int] = {}
         self._incidents: dict[str, int] = {}
         self._mounts: dict[int, str] = {}                       # dev -> mount point
@@ -81,6 +86,37 @@ class Metrics:
             with self._lock:
                 getattr(self, method)(rows)
 
+    def sweep(self, swept) -> None:
+        """What the kernel's aggregates added since the last sweep (an aggregates.Sweep)."""
+        with self._lock:
+            for (server, procedure), spans in swept.rpcs.items():
+                for span, (counts, sum_ns) in spans.items():
+                    self._add_histogram(RPC_SPANS[span], (server, procedure), counts, sum_ns)
+            for server, grown in swept.transports.items():
+                for key, name in SWEPT_OCCUPANCY.items():
+                    per = self._occupancy[name]
+                    per[server] = per.get(server, 0.0) + grown[key] / 1e9
+            for (syscall, mount), (counts, sum_ns, written) in swept.calls.items():
+                self._add_histogram("slotscope_syscall_duration_seconds", (syscall, mount), counts, sum_ns)
+                if syscall in WRITE_SYSCALLS:
+                    self._written[mount] = self._written.get(mount, 0) + written
+            if self.per_process:
+                for tgid, (written, blocked_ns) in swept.processes.items():
+                    self._add_process(tgid, written, blocked_ns)
+
+    def _add_histogram(self, name: str, key: tuple, counts, sum_ns: float) -> None:
+        buckets, total = self._buckets[name], self._sums[name]
+        if key not in buckets:
+            buckets[key], total[key] = np.zeros(len(BOUNDS_NS) + 1, np.int64), 0.0
+        buckets[key] += np.asarray(counts, np.int64)
+        total[key] += sum_ns / 1e9
+
+    def _add_process(self, tgid: int, written: int, blocked_ns: int) -> None:
+        if written or blocked_ns:
+            key = self._process_key(tgid)
+            self._process_written[key] = self._process_written.get(key, 0) + written
+            self._process_blocked[key] = self._process_blocked.get(key, 0.0) + blocked_ns / 1e9
+
     def incident(self, trigger: str) -> None:
         with self._lock:
             self._incidents[trigger] = self._incidents.get(trigger, 0) + 1
@@ -91,69 +127,35 @@ class Metrics:
             self._mounts[dev] = mount.mountpoint if mount else "?"
         return self._mounts[dev]
 
-    def _histogram(self, name: str, labels: dict, values_ns: np.ndarray, sums: dict | None = None) -> list[dict]:
-        """Add values (ns) to histogram `name`, grouped by the `labels` columns, in one group-by;
-        -> the groups, with the sums of the `sums` columns too (for the caller's counters)."""
-        by = pa.table({**labels, "bucket": np.searchsorted(_BOUNDS_NS, values_ns, side="left"),
-                       "value": values_ns, **(sums or {})})
-        groups = by.group_by([*labels, "bucket"]).aggregate(
-            [("bucket", "count"), ("value", "sum")] + [(c, "sum" if c != "path" else "max") for c in sums or ()])
-        buckets, total = self._buckets[name], self._sums[name]
-        for g in groups.to_pylist():
-            key = tuple(g[k] for k in labels)
-            if key not in buckets:
-                buckets[key], total[key] = np.zeros(len(_BOUNDS_NS) + 1, np.int64), 0.0
-            buckets[key][g["bucket"]] += g["bucket_count"]
-            total[key] += g["value_sum"] / 1e9
-        return groups.to_pylist()
+    def mount_of(self, dev: int, path: str) -> str:
+        """The mount point of a traced file's device, its `mount` label."""
+        with self._lock:
+            return self._mount(dev, path)
 
     def _syscalls(self, rows: pa.Table) -> None:
-        written, devs = rows["bytes"].fill_null(0), rows["dev"].fill_null(0)
+        """The rows of calls that name a path: the kernel adds up the calls on fds (sweep)."""
+        rows = rows.filter(pc.invert(pc.is_in(pc.cast(rows["syscall"], pa.string()), FD_CALLS)))
+        if not rows.num_rows:
+            return
+        devs = rows["dev"].fill_null(0)
         per_dev = pa.table({"dev": devs, "path": rows["path"]}).group_by("dev").aggregate([("path", "max")])
         known = per_dev["dev"]
         names = pa.array([self._mount(d, p or "") for d, p in zip(known.to_pylist(), per_dev["path_max"].to_pylist())],
                          pa.string())
-        mounts = pc.take(names, pc.index_in(devs, value_set=known))
-        groups = self._histogram("slotscope_syscall_duration_seconds",
-                                 {"syscall": pc.cast(rows["syscall"], pa.string()), "mount": mounts},
-                                 rows["latency_ns"].to_numpy(), {"written": written})
-        for g in groups:
-            if g["syscall"] in WRITE_SYSCALLS:
-                self._written[g["mount"]] = self._written.get(g["mount"], 0) + g["written_sum"]
+        values_ns = rows["latency_ns"].to_numpy()
+        by = pa.table({"syscall": pc.cast(rows["syscall"], pa.string()),
+                       "mount": pc.take(names, pc.index_in(devs, value_set=known)),
+                       "bucket": np.searchsorted(BOUNDS_NS, values_ns, side="left"), "value": values_ns})
+        groups = by.group_by(["syscall", "mount", "bucket"]).aggregate([("bucket", "count"), ("value", "sum")])
+        for g in groups.to_pylist():
+            counts = np.zeros(len(BOUNDS_NS) + 1, np.int64)
+            counts[g["bucket"]] = g["bucket_count"]
+            self._add_histogram("slotscope_syscall_duration_seconds", (g["syscall"], g["mount"]), counts,
+                                g["value_sum"])
         if self.per_process:
-            per = pa.table({"tgid": rows["tgid"], "written": written}).group_by("tgid").aggregate([("written", "sum")])
+            per = pa.table({"tgid": rows["tgid"], "ns": values_ns}).group_by("tgid").aggregate([("ns", "sum")])
             for g in per.to_pylist():
-                if g["written_sum"]:
-                    key = self._process_key(g["tgid"])
-                    self._process_written[key] = self._process_written.get(key, 0) + g["written_sum"]
-
-    def _rpcs(self, rows: pa.Table) -> None:
-        done = rows.filter(pc.equal(rows["complete"], 1))
-        if not done.num_rows:
-            return
-        labels = {"server": done["server"].fill_null("?"), "procedure": done["procname"]}
-        for column, name in RPC_SPANS.items():
-            self._histogram(name, labels, done[column].fill_null(0).to_numpy())
-
-    def _slots(self, rows: pa.Table) -> None:
-        """A transport's occupancy is the sum over its RPC clients (a mount's nfs and nfsacl clients
-        share it, as analyzer/transports.py sums them), each client's sample holding until its next;
-        the sums hold until the server's next sample (from this batch or the next)."""
-        order = rows.sort_by("ts").select(["server", "client_id", "ts", "in_use", "backlog"]).to_pylist()
-        in_use, backlog, full = (self._occupancy[n] for n in OCCUPANCY)
-        for r in order:
-            server = r["server"] or "?"
-            now = self._transports.get(server)
-            if now is not None:
-                dt = (r["ts"] - now[0]) / 1e9
-                in_use[server] = in_use.get(server, 0.0) + now[1] * dt
-                backlog[server] = backlog.get(server, 0.0) + now[2] * dt
-                full[server] = full.get(server, 0.0) + (dt if now[2] > 0 else 0.0)
-            else:
-                now = self._transports[server] = [0, 0, 0]
-            was = self._clients.get((server, r["client_id"]), (0, 0))
-            self._clients[server, r["client_id"]] = (r["in_use"], r["backlog"])
-            now[:] = [r["ts"], now[1] + r["in_use"] - was[0], now[2] + r["backlog"] - was[1]]
+                self._add_process(g["tgid"], 0, g["ns_sum"])
 
     def _process_key(self, tgid: int) -> tuple[str, str, str]:
         comm, rank = self._idents.get(tgid, ("", ""))
@@ -181,7 +183,8 @@ class Metrics:
             buckets = {name: {k: v.copy() for k, v in per.items()} for name, per in self._buckets.items()}
             sums = {name: dict(per) for name, per in self._sums.items()}
             occupancy = {name: dict(per) for name, per in self._occupancy.items()}
-            written, per_process, lost = dict(self._written), dict(self._process_written), dict(self._lost)
+            written, lost = dict(self._written), dict(self._lost)
+            per_process, blocked_s = dict(self._process_written), dict(self._process_blocked)
             incidents, blocked = dict(self._incidents), self.blocked_now
         for name, (doc, labels) in HISTOGRAMS.items():
             h = HistogramMetricFamily(name, doc, labels=list(labels))
@@ -198,6 +201,9 @@ class Metrics:
             yield _counter("slotscope_process_written_bytes",
                            f"Bytes written to traced files per process (at most {self.process_cap} processes; "
                            f"the rest as pid=\"{OTHER}\")", ["pid", "comm", "rank"], per_process)
+            yield _counter("slotscope_process_blocked_seconds",
+                           f"Time in traced syscalls on traced files per process (at most {self.process_cap} "
+                           f"processes; the rest as pid=\"{OTHER}\")", ["pid", "comm", "rank"], blocked_s)
         yield GaugeMetricFamily("slotscope_syscalls_blocked",
                                 "Traced syscalls in progress for a second or more, at the last snapshot",
                                 value=blocked)

@@ -21,7 +21,7 @@ import numpy as np
 
 from slotscope.capture.syscalls import OPS
 
-from . import btf, kernel
+from . import aggregates, btf, kernel
 from .identity import RANK_VARS
 from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PATH_MAX_CAPTURED,
                       PROC_EVENT, RINGS, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
@@ -136,6 +136,7 @@ class Filters:
     cgroup: str | None = None                        # cgroup v2 directory
     devs: frozenset[int] | None = None               # stats of other devices are dropped (files.traced_devs)
     prefixes: tuple[str, ...] = ()                   # --path: calls plainly outside them are dropped
+    aggregate: bool = False                          # watch's in-kernel aggregates (aggregates.py)
 
 
 PATH_PREFIXES_MAX = 4   # the kernel drops calls outside at most this many --path prefixes; beyond, user space
@@ -542,7 +543,8 @@ def program(groups: list[ProbeGroup], filters: Filters) -> tuple[str, list[str]]
     if any(g.btf() is None for g in kprobe_groups):   # the kernel's headers are compiled
         text += bpf_dir.joinpath("opaque.h").read_text()
     text += "".join(g.program_text() for g in groups)
-    return text, [flag for g in groups for flag in g.cflags(filters)]
+    flags = [flag for g in groups for flag in g.cflags(filters)]
+    return text, flags + (aggregates.cflags() if filters.aggregate else [])
 
 
 def ebpf_text(groups: list[ProbeGroup], filters: Filters, skipped: dict[str, str]) -> str:

@@ -32,15 +32,15 @@ def record_groups() -> tuple[list, dict]:
     return groups, skipped
 
 
-def record_ebpf(opts: RecordOptions) -> str:
-    """The BPF program `record` would load with these options (`record --ebpf`)."""
+def record_ebpf(opts: RecordOptions, aggregate: bool = False) -> str:
+    """The BPF program `record` (`watch`: aggregate) would load with these options (--ebpf)."""
     groups, skipped = record_groups()
     # The traced command's pid is known only once it runs; the program depends only on
     # whether processes are filtered at all.
     tgids = list(opts.pids) + ([0] if opts.command else [])
     devs = traced_devs(opts.file_filter(), mount_tables())
     return ebpf_text(groups, Filters(tgids=tgids, cgroup=opts.cgroup, devs=devs,
-                                     prefixes=opts.file_filter().prefixes), skipped)
+                                     prefixes=opts.file_filter().prefixes, aggregate=aggregate), skipped)
 
 
 class Recorder(Recording):
@@ -59,9 +59,12 @@ class Recorder(Recording):
             raise RecordError(f"--cgroup {self.opts.cgroup}: not a cgroup v2 directory")
         self.devs = traced_devs(self.file_filter, mount_tables())
 
+    def _filters(self) -> Filters:
+        return Filters(tgids=self.tgids, cgroup=self.opts.cgroup, devs=self.devs,
+                       prefixes=self.file_filter.prefixes)
+
     def _attach(self) -> None:
-        filters = Filters(tgids=self.tgids, cgroup=self.opts.cgroup, devs=self.devs,
-                          prefixes=self.file_filter.prefixes)
+        filters = self._filters()
         self.loaded, groups = load_falling_back(self.groups, filters, self.skipped, self._say)
         raise_drain_priority()      # after the compile and the traced command's fork, before any thread
         self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}
@@ -178,11 +181,13 @@ class Recorder(Recording):
             self.writer.append(stream.table, rows)
             self.rows += rows.num_rows
 
-    def _write_blocked(self) -> None:
+    def _write_blocked(self):
+        """The `blocked` rows of now (None: nothing blocked), written."""
         now = _monotonic_ns()
         rows = self.decoder.blocked(*self.loaded.in_flight(), now, BLOCKED_MIN_NS)
         if rows is not None:
             self.writer.append("blocked", rows)
+        return rows
 
     def _every_second(self) -> None:
         self._write_blocked()

@@ -35,6 +35,16 @@ class ClientNames:
             addr, port = fields.get("addr"), fields.get("port")
             self._names[cid] = f"{addr}:{port}" if addr and port and port != "0" else addr
 
+    def listed(self) -> list[int]:
+        """The clients debugfs lists now (read afresh)."""
+        self._refresh()
+        return [cid for cid, name in self._names.items() if name is not None]
+
+    def server(self, cid: int) -> str | None:
+        """One client's server (None where unknown)."""
+        self.learn(np.array([cid], np.uint32))
+        return self._names[cid]
+
     def learn(self, ids: np.ndarray) -> Distinct:
         """Read the names of clients not seen before (while they exist: a mount's clients go
         with it). -> the distinct ids."""

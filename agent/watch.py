@@ -1,9 +1,12 @@
 """`slotscope watch`: `record` left running, writing nothing until something goes wrong.
 
 The same probes, drain and decoding as `record` (a Recorder whose capture is a
-FlightRecorder in memory); after every drain the triggers (triggers.py) are evaluated on the
-rows it made. When one fires, the flight recorder's rows and those of the next --after
-seconds become an incident capture (incidents.py), analysed in a process of its own.
+FlightRecorder in memory), and the kernel's own aggregates besides (aggregates.py, compiled
+for watch alone): after every drain one sweep of their maps feeds the metrics and the
+slot_full_s and blocked_s triggers (triggers.py), which are then evaluated; rows are built
+every drain only of the tables the metrics and triggers still read (ROWS_READ). When one fires,
+the flight recorder's rows and those of the next --after seconds become an incident capture
+(incidents.py), analysed in a process of its own.
 
 Signals: SIGTERM or SIGINT stop (an incident being collected is written with what it holds,
 and its analysis waited for, up to STOP_WAIT s); SIGHUP reloads: the mount table is read
@@ -21,16 +24,19 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from slotscope.capture.writer import CaptureWriteError
 
-from .conditions import Blocked, SlotFull, not_responding, returned_blocked, slow_save
-from .files import mount_tables, traced_devs
+from .aggregates import Aggregator, Writes, monotonic_ns, read_maps, write_maps
+from .conditions import Blocked, longest_full, not_responding, returned_blocked, slow_save
+from .files import UNKNOWN, FdTable, mount_tables, traced_devs
 from .flight import FlightRecorder, packed_records
 from .incidents import Incident, incident_name, open_out, prune
 from .meta import clock_pair
-from .metrics import OBSERVERS, Metrics, serve
-from .probes import DRAIN_EVERY
+from .metrics import FD_CALLS, OBSERVERS, Metrics, serve
+from .probes import DRAIN_EVERY, Filters
 from .recorder import Recorder
 from .recording import RecordError, RecordOptions, _refuse_traced_output
 from .triggers import REARM_S, Arming
@@ -43,7 +49,7 @@ PROCESS_CAP = 100           # --per-process's series
 # What the watch logs without -v: all but the status lines.
 LOGGED = ("watching", "incident", "stopped", "SIGHUP", "warning", "no incident", "--max-disk")
 STOP_WAIT = 60.0            # s a stop waits for an incident's writing and analysis
-TRIGGER_TABLES = ("syscall", "blocked", "slots", "kmsg")   # whose rows the triggers read (_observe)
+TRIGGER_TABLES = ("syscall", "blocked", "kmsg")   # whose rows the triggers read (_observe)
 # Every drain's rows of these are built; a stateless stream's other records wait in the flight
 # recorder for an incident (flight.py).
 ROWS_READ = frozenset(OBSERVERS) | frozenset(TRIGGER_TABLES)
@@ -90,8 +96,9 @@ class Watcher(Recorder):
         self.metrics.events = lambda: self.events
         self.metrics.flight = self._held
         self.arming = Arming(opts.triggers, opts.rearm)
-        self.slot_full = SlotFull()
+        self.full_since: dict[str, int] = {}       # server -> since when its slot table is full (the last sweep)
         self.blocked = Blocked()
+        self.aggregator: Aggregator | None = None
         self.incident: Incident | None = None      # open from its trigger until its analysis ends
         self.collect_until: float | None = None    # while the incident takes rows: until when
         self.reload_requested = False
@@ -108,6 +115,31 @@ class Watcher(Recorder):
         self._blocked_ns, self._blocked_call, self._kmsg_line, self._save_ended = 0, None, None, False
 
     # ---- the recorder's hooks ----
+    def _filters(self) -> Filters:
+        filters = super()._filters()
+        filters.aggregate = True
+        return filters
+
+    def _capture_started(self) -> None:
+        super()._capture_started()
+        if self.aggregator is None:     # once: the kernel's sums run from the load, across captures
+            self.aggregator = Aggregator(lambda cid: self.clients.server(cid), self._decide)
+            # the clients there now mapped before their first RPC: none of it is missed
+            if "sunrpc" in self.loaded.groups:
+                write_maps(self.loaded.bpf, Writes(clients=self.aggregator.clients(self.clients.listed())))
+
+    def _decide(self, tgid: int, fd: int, gen: int):
+        """What the fd held at generation gen (the kernel's fd_gen: when it was made, 0 before
+        the recording): (dev, mount, path) of a traced file, False for another, None not yet known
+        (its opening not decoded yet)."""
+        at = self.decoder.fds.at(FdTable.key(tgid, fd), gen)
+        if at is None or at[0] != gen or at[1] == UNKNOWN:
+            return None
+        info = self.decoder.registry.info(at[1]) if at[1] >= 0 else None
+        if info is None:
+            return False
+        return info.dev, self.metrics.mount_of(info.dev, info.path), info.path
+
     def open(self) -> None:
         if self.opts.metrics:
             try:
@@ -170,9 +202,29 @@ class Watcher(Recorder):
 
     def _drain(self) -> None:
         super()._drain()
+        self._sweep()
         if self.reload_requested:
             self._reload()
         self._evaluate()
+
+    def _sweep(self) -> None:
+        """One read of the kernel's aggregates: to the metrics and the triggers."""
+        bpf = self.loaded.bpf
+        raw = read_maps(bpf, self.loaded.groups, processes=self.metrics.per_process)
+        swept, writes = self.aggregator.sweep(raw, monotonic_ns())
+        write_maps(bpf, writes)
+        self.metrics.sweep(swept)
+        self.full_since = swept.full_since
+        if swept.longest and swept.longest["ns"] > self._blocked_ns:
+            call = swept.longest
+            self._blocked_ns = call["ns"]
+            self._blocked_call = {"tgid": call["tgid"], "syscall": call["syscall"], "path": call["path"],
+                                  "ts_enter": call["ts_enter"], "in_progress": False}
+
+    def _write_blocked(self):
+        rows = super()._write_blocked()
+        self.blocked.feed_snapshot(rows)
+        return rows
 
     def finish(self, failure: str | None) -> str | None:
         if self.collect_until is not None:
@@ -194,22 +246,19 @@ class Watcher(Recorder):
 
     # ---- what the rows say ----
     def _observe(self, name: str, rows) -> None:
-        """Every table a drain appends: to the metrics, to the incident being collected, and
-        what the triggers read."""
+        """Every table a drain appends: to the metrics (those of calls that name a path), to the
+        incident being collected, and what the triggers read."""
         self.metrics.observe(name, rows)
         if self.collect_until is not None:
             self.incident.add(name, rows)
-        if name == "blocked":
-            self.blocked.feed_snapshot(rows)
-        elif name == "syscall":     # the calls that returned, blocked for their latency
-            self.blocked.feed_returned(rows)
-            ns, call = returned_blocked(rows)
+        if name == "syscall":
+            # the calls that name a path and returned, blocked for their latency (the kernel has those on fds)
+            ns, call = returned_blocked(rows.filter(pc.invert(pc.is_in(pc.cast(rows["syscall"], pa.string()),
+                                                                       FD_CALLS))))
             if ns > self._blocked_ns:
                 self._blocked_ns, self._blocked_call = ns, call
-        if name == "syscall" and self.opts.saves is not None:
-            self._save_ended |= self.opts.saves.feed(rows, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
-        elif name == "slots":
-            self.slot_full.feed(rows)
+            if self.opts.saves is not None:
+                self._save_ended |= self.opts.saves.feed(rows, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         elif name == "kmsg" and self._kmsg_line is None:
             self._kmsg_line = not_responding(rows)
 
@@ -226,7 +275,7 @@ class Watcher(Recorder):
                 "summary": f"{call['syscall']} on {call['path']} by pid {call['tgid']} blocked "
                            f"{ns / 1e9:.1f} s{' and counting' if call['in_progress'] else ''}",
                 "blocked_s": ns / 1e9, "call": call}
-        full_ns, server = self.slot_full.longest(now_ns)
+        full_ns, server = longest_full(self.full_since, now_ns)
         if "slot_full_s" in triggers and server and full_ns >= triggers["slot_full_s"] * 1e9:
             holding["slot_full_s"] = {"summary": f"the slot table of {server} full for {full_ns / 1e9:.1f} s",
                                       "full_s": full_ns / 1e9, "server": server}

@@ -47,6 +47,120 @@ BPF_RINGBUF_OUTPUT(rpc_ring, RPC_RING_PAGES);
 BPF_HASH(client_slots, u32, struct client_slots, 4096);
 BPF_RINGBUF_OUTPUT(slot_ring, SLOT_RING_PAGES);
 
+#ifdef AGGREGATE
+/* ---- watch's aggregates (agent/aggregates.py sweeps them once a drain) ----
+ * Per server (agg_server_of: client id -> server index, filled by user space from debugfs;
+ * a mount's nfs and nfsacl clients share one transport, so one server), the slots in use and
+ * the tasks waiting for one, summed over its clients, and their integrals over time kept as
+ * acc + count * now: each change adds -delta * ts to acc, at the slot sample's own ts. A
+ * client mapped after its first change brings its counts then (seeded). Full: some task
+ * waiting; full_ns holds the ended periods, full_since the current one's start. Backlog
+ * changes are made under the transport's backlog queue lock, so one transport's are ordered;
+ * the servers' counts are changed only with atomic adds. */
+struct agg_server {
+    s64 in_use;
+    s64 backlog;
+    s64 in_use_acc;
+    s64 backlog_acc;
+    s64 full_ns;
+    s64 full_since;
+};
+struct agg_client {
+    u32 server;
+    u32 seeded;
+};
+BPF_HASH(agg_server_of, u32, struct agg_client, 4096);
+BPF_ARRAY(agg_servers, struct agg_server, AGG_SERVERS);
+
+static __always_inline void agg_slots(u32 client_id, struct client_slots *c, u8 what, s32 delta, s64 ts)
+{
+    if (what != SLEEP_NONE && what != SLEEP_BACKLOG)
+        return;
+    struct agg_client *m = agg_server_of.lookup(&client_id);
+    if (!m)
+        return;
+    u32 idx = m->server;
+    struct agg_server *s = agg_servers.lookup(&idx);
+    if (!s)
+        return;
+    s64 d_in = 0, d_bl = 0;
+    if (!m->seeded) {       /* its counts so far, this change's included */
+        m->seeded = 1;
+        d_in = c->in_use;
+        d_bl = c->backlog;
+    } else if (what == SLEEP_NONE) {
+        d_in = delta;
+    } else {
+        d_bl = delta;
+    }
+    if (d_in) {
+        __sync_fetch_and_add(&s->in_use, d_in);
+        __sync_fetch_and_add(&s->in_use_acc, -d_in * ts);
+    }
+    if (!d_bl)
+        return;
+    __sync_fetch_and_add(&s->backlog, d_bl);
+    __sync_fetch_and_add(&s->backlog_acc, -d_bl * ts);
+    s64 since = s->full_since;
+    if (s->backlog > 0 && !since) {
+        s->full_since = ts;
+    } else if (s->backlog <= 0 && since) {
+        s->full_since = 0;
+        __sync_fetch_and_add(&s->full_ns, ts - since);
+    }
+}
+
+/* Per (client, procedure): histograms of slot wait, round trip and execute, in the metrics'
+ * buckets (AGG_BUCKET, from agent/metrics.py LATENCY_BUCKETS_S), each with its sum (ns). */
+struct agg_hist {
+    u64 count[AGG_NBUCKETS];
+    u64 sum_ns;
+};
+struct agg_rpc_key {
+    u32 client_id;
+    char procname[AGG_PROCNAME];   /* rpc_event's (a literal: BCC's key description cannot size it) */
+};
+struct agg_rpc {
+    struct agg_hist slot_wait;
+    struct agg_hist rtt;
+    struct agg_hist execute;
+};
+BPF_HASH(agg_rpcs, struct agg_rpc_key, struct agg_rpc, 4096);
+BPF_PERCPU_ARRAY(agg_rpc_blank, struct agg_rpc, 1);     /* too big for the stack: a new entry's zeros */
+
+static __always_inline void agg_hist(struct agg_hist *h, u64 ns)
+{
+    u32 i = AGG_BUCKET(ns);
+    if (i < AGG_NBUCKETS)
+        __sync_fetch_and_add(&h->count[i], 1);
+    __sync_fetch_and_add(&h->sum_ns, ns);
+}
+
+/* A complete RPC's spans, derived as agent/rpc_rows.py derives its row's. */
+static __always_inline void agg_rpc(const struct rpc_event *ev, u64 rtt_us, u64 execute_us)
+{
+    struct agg_rpc_key key = {};
+    key.client_id = ev->client_id;
+    __builtin_memcpy(key.procname, ev->procname, sizeof(key.procname));
+    struct agg_rpc *a = agg_rpcs.lookup(&key);
+    if (!a) {
+        int zero = 0;
+        struct agg_rpc *blank = agg_rpc_blank.lookup(&zero);
+        if (!blank)
+            return;
+        agg_rpcs.insert(&key, blank);
+        a = agg_rpcs.lookup(&key);
+        if (!a)
+            return;
+    }
+    u64 wait = ev->ts_reserved > 0 && ev->ts_reserve_start > 0 ? ev->ts_reserved - ev->ts_reserve_start
+                                                                : ev->backlog_sleep_ns;
+    agg_hist(&a->slot_wait, wait);
+    agg_hist(&a->rtt, rtt_us * 1000);
+    agg_hist(&a->execute, execute_us * 1000);
+}
+#endif /* AGGREGATE */
+
 /* Change one occupancy counter of a client and emit the client's new state. */
 static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
 {
@@ -65,6 +179,9 @@ static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
     struct slot_event *e = slot_ring.ringbuf_reserve(sizeof(struct slot_event));
     if (!e) {
         count_loss(LOSS_RPC_SLOT_RING_FULL);
+#ifdef AGGREGATE
+        agg_slots(client_id, c, what, delta, bpf_ktime_get_ns());
+#endif
         return;
     }
     e->ts = bpf_ktime_get_ns();
@@ -74,6 +191,9 @@ static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
     e->session_wait = c->session_wait;
     e->sending = c->sending;
     e->pending = c->pending;
+#ifdef AGGREGATE
+    agg_slots(client_id, c, what, delta, e->ts);
+#endif
     slot_ring.ringbuf_submit(e, wake_flags(SLOT_RING_ID, SLOT_RING_WAKE, 0));
 }
 
@@ -290,6 +410,9 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
     } else {
         count_loss(LOSS_RPC_RING_FULL);
     }
+#ifdef AGGREGATE
+    agg_rpc(&st->ev, args->rtt, args->execute);
+#endif
     if (st->has_slot)  /* the attempt is over: its slot is released */
         slots_change(args->client_id, SLEEP_NONE, -1);
     rpc_tasks.delete(&key);

@@ -77,6 +77,147 @@ static __always_inline int ignored(u32 tgid, s32 fd)
     return gen && *gen == *mark;
 }
 
+#ifdef AGGREGATE
+/* ---- watch's aggregates (agent/aggregates.py sweeps them once a drain) ----
+ * The calls on an fd that make rows (AGG_FD_OP: writes, close, fsyncs, ftruncate), timed in
+ * the metrics' buckets (AGG_BUCKET), with the bytes written. Which fd is a traced file user
+ * space decides: a call on an fd it has marked (agg_fds: the fd's generation as fd_gen holds
+ * it, 0 for an fd from before, and its device) is added to its (syscall, device), to its
+ * process and to the longest call of the interval; a call on any other fd (an ignored fd's
+ * calls never get here) waits in agg_pending, per (fd, generation, syscall), until the sweep
+ * has decided that fd, folded the entry and marked the fd. Calls that name a path (open,
+ * stat, rename...) are not aggregated: only their rows tell whether the path is traced. */
+struct agg_fd {
+    u64 gen;
+    u64 dev;
+};
+struct agg_calls {
+    u64 count[AGG_NBUCKETS];
+    u64 sum_ns;
+    u64 written;
+    s64 longest_ns;         /* agg_pending: its longest call, for the blocked_s trigger */
+    s64 longest_enter;
+    u32 longest_tid;
+    u32 _pad;
+};
+struct agg_call_key {
+    u64 dev;
+    u32 op;
+    u32 _pad;
+};
+struct agg_pending_key {
+    u64 gen;
+    u32 tgid;
+    s32 fd;
+    u32 op;
+    u32 _pad;
+};
+struct agg_process {
+    u64 written;
+    u64 blocked_ns;         /* in traced calls */
+};
+struct agg_longest {
+    s64 latency_ns;
+    s64 ts_enter;
+    u64 gen;                /* its fd's (the sweep names its file) */
+    u32 tid;
+    u32 tgid;
+    s32 fd;
+    u32 op;
+};
+BPF_TABLE("lru_hash", u64, struct agg_fd, agg_fds, 131072);
+BPF_HASH(agg_calls, struct agg_call_key, struct agg_calls, 1024);
+BPF_TABLE("lru_hash", struct agg_pending_key, struct agg_calls, agg_pending, 16384);
+BPF_TABLE("lru_hash", u32, struct agg_process, agg_processes, 16384);
+BPF_PERCPU_ARRAY(agg_longest, struct agg_longest, 1);     /* read and reset by every sweep */
+BPF_PERCPU_ARRAY(agg_calls_blank, struct agg_calls, 1);   /* a new entry's zeros */
+
+static __always_inline void agg_add(struct agg_calls *a, u64 ns, u64 written)
+{
+    u32 i = AGG_BUCKET(ns);
+    if (i < AGG_NBUCKETS)
+        __sync_fetch_and_add(&a->count[i], 1);
+    __sync_fetch_and_add(&a->sum_ns, ns);
+    if (written)
+        __sync_fetch_and_add(&a->written, written);
+}
+
+static __always_inline void agg_marked(struct inflight *in, u64 id, struct agg_fd *mark, u64 ns, u64 written,
+                                       struct agg_calls *blank)
+{
+    struct agg_call_key key = {};
+    key.dev = mark->dev;
+    key.op = in->op;
+    struct agg_calls *a = agg_calls.lookup(&key);
+    if (!a) {
+        agg_calls.insert(&key, blank);
+        a = agg_calls.lookup(&key);
+    }
+    if (a)
+        agg_add(a, ns, written);
+    u32 tgid = id >> 32;
+    struct agg_process *p = agg_processes.lookup(&tgid);
+    if (!p) {
+        struct agg_process none = {};
+        agg_processes.insert(&tgid, &none);
+        p = agg_processes.lookup(&tgid);
+    }
+    if (p) {
+        __sync_fetch_and_add(&p->written, written);
+        __sync_fetch_and_add(&p->blocked_ns, ns);
+    }
+    int zero = 0;
+    struct agg_longest *l = agg_longest.lookup(&zero);
+    if (l && (s64)ns > l->latency_ns) {
+        l->latency_ns = ns;
+        l->ts_enter = in->ts_enter;
+        l->gen = mark->gen;
+        l->tid = id;
+        l->tgid = tgid;
+        l->fd = in->fd;
+        l->op = in->op;
+    }
+}
+
+static __always_inline void agg_syscall(struct inflight *in, u64 id, long ret, s64 now)
+{
+    if (in->skip || !AGG_FD_OP(in->op))
+        return;
+    u64 ns = now - in->ts_enter;
+    u64 written = AGG_WRITE_OP(in->op) && ret > 0 ? ret : 0;
+    int zero = 0;
+    struct agg_calls *blank = agg_calls_blank.lookup(&zero);
+    if (!blank)
+        return;
+    u64 key = fd_key(id >> 32, in->fd);
+    u64 *g = fd_gen.lookup(&key);
+    u64 gen = g ? *g : 0;
+    struct agg_fd *mark = agg_fds.lookup(&key);
+    if (mark && mark->gen == gen) {
+        agg_marked(in, id, mark, ns, written, blank);
+        return;
+    }
+    struct agg_pending_key pk = {};
+    pk.gen = gen;
+    pk.tgid = id >> 32;
+    pk.fd = in->fd;
+    pk.op = in->op;
+    struct agg_calls *a = agg_pending.lookup(&pk);
+    if (!a) {
+        agg_pending.insert(&pk, blank);
+        a = agg_pending.lookup(&pk);
+        if (!a)
+            return;
+    }
+    agg_add(a, ns, written);
+    if ((s64)ns > a->longest_ns) {
+        a->longest_ns = ns;
+        a->longest_enter = in->ts_enter;
+        a->longest_tid = id;
+    }
+}
+#endif /* AGGREGATE */
+
 static __always_inline int enter(u16 op, s32 fd, s32 fd2, u64 count, s64 offset, u32 flags,
                                  const void *path1, const void *path2, int fd_based)
 {
@@ -241,6 +382,9 @@ static __always_inline int leave(long ret, int paths)
     if (!in)
         return 0;
     s64 now = bpf_ktime_get_ns();
+#ifdef AGGREGATE
+    agg_syscall(in, id, ret, now);
+#endif
 
     /* A new or closed fd gets a new generation, whatever else happens. */
     s32 changed = -1;

@@ -57,10 +57,13 @@ def _record(args) -> int:
 
 
 def _watch(args) -> int:
-    from slotscope.agent.recorder import RecordError
+    from slotscope.agent.recorder import RecordError, record_ebpf
     from slotscope.agent.triggers import parse_triggers
     from slotscope.agent.watch import WatchOptions, watch
 
+    if not args.out and not args.ebpf:
+        print("slotscope watch: --out DIR is required", file=sys.stderr)
+        return 2
     try:
         triggers = parse_triggers(args.trigger)
     except ValueError as exc:
@@ -77,6 +80,9 @@ def _watch(args) -> int:
                         max_disk=args.max_disk, metrics=args.metrics, per_process=args.per_process,
                         saves=saves)
     try:
+        if args.ebpf:
+            print(record_ebpf(opts, aggregate=True), end="")
+            return 0
         return watch(opts, sys.argv)
     except RecordError as exc:
         print(f"slotscope watch: {exc}", file=sys.stderr)
@@ -509,8 +515,8 @@ def parser() -> argparse.ArgumentParser:
                                    "OUT/incident-<UTC>-<trigger>/ with report.txt, report.json and report.html. "
                                    "SIGTERM stops; SIGHUP reads the mounts again and re-arms the triggers.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    w.add_argument("--out", required=True, metavar="DIR", help="where incidents are written (local disk; "
-                                                               "created 0700 if missing)")
+    w.add_argument("--out", metavar="DIR", help="where incidents are written (local disk; created 0700 if "
+                                                 "missing); required but with --ebpf")
     w.add_argument("--keep", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="seconds of rows kept in memory (default 120)")
     w.add_argument("--keep-size", type=size, default=32 << 20, metavar="SIZE",
@@ -529,6 +535,8 @@ def parser() -> argparse.ArgumentParser:
                    help="also per-process metrics (pid, comm, rank) for at most CAP processes (default 100)")
     _filter_arguments(w)
     w.add_argument("-v", "--verbose", action="store_true", help="a status line every 5 s")
+    w.add_argument("--ebpf", action="store_true",
+                   help="print the BPF C program this watch would load (these filters, its aggregates), and exit")
     w.set_defaults(func=_watch)
 
     a = sub.add_parser("analyze", help="name the cause of a stall from captures")

@@ -32,3 +32,19 @@ def test_the_filters_shape_the_printed_program(bpf_ready):
     assert "#define FILTER_CGROUP 1" in cgroup and "#define FILTER_TGIDS" not in cgroup
     doctor = slotscope("doctor", "--ebpf")
     assert doctor.returncode == 0 and "#define SYSCALLS_GROUP 1" in doctor.stdout
+
+
+def test_watch_ebpf_prints_its_aggregates_and_record_has_none(bpf_ready):
+    """watch's program is record's with the kernel's aggregates compiled in (-DAGGREGATE and
+    their flags); it loads as printed. record's has no AGGREGATE defined."""
+    res = slotscope("watch", "--ebpf", "--path", "/tmp")
+    assert res.returncode == 0, res.stderr
+    text = res.stdout
+    assert "#define AGGREGATE 1" in text and "#define AGG_BUCKET(ns) ((ns)<=" in text
+    assert "#define AGGREGATE" not in slotscope("record", "--ebpf", "--path", "/tmp").stdout
+    from bcc import BPF
+    bpf = BPF(text=text.encode())
+    try:
+        assert bpf.num_open_tracepoints() > 10 and len(bpf[b"agg_calls"]) == 0
+    finally:
+        bpf.cleanup()

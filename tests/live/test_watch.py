@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -206,17 +208,25 @@ SLOT_WAIT_S, EXECUTE_S = 0.030, 0.045
 
 
 def _saturated_transport(metrics, stop: threading.Event) -> None:
-    """The rows the NFS probes make of a 2-slot transport that stays full with 6 tasks waiting,
-    every 0.25 s: a slots sample, and a WRITE that waited 30 ms of its 45 ms for a slot."""
-    import pyarrow as pa
-    from slotscope.capture.tables import RPC, SLOTS
+    """What the kernel's aggregates hold of a 2-slot transport full with 6 tasks waiting from the
+    start, swept every 0.25 s, each sweep after one more WRITE that waited 30 ms of its 45 ms for
+    a slot (the map contents as aggregates.read_maps reads them: this kernel has no sunrpc)."""
+    from slotscope.agent.aggregates import Aggregator, Raw
+    from slotscope.agent.metrics import BOUNDS_NS
+
+    def hist(ns: int) -> tuple[list[int], int]:
+        at = int(np.searchsorted(BOUNDS_NS, ns, side="left"))
+        return [n if i == at else 0 for i in range(len(BOUNDS_NS) + 1)], n * ns
+
+    agg = Aggregator(lambda cid: SERVER, lambda *_: None)
+    agg.clients([1])
+    start, n = time.clock_gettime_ns(time.CLOCK_MONOTONIC), 0
     while not stop.wait(0.25):
-        ts = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        metrics.observe("slots", pa.Table.from_pylist([{"ts": ts, "in_use": 2, "backlog": 6, "server": SERVER}],
-                                                      schema=SLOTS))
-        metrics.observe("rpc", pa.Table.from_pylist([{"procname": "WRITE", "server": SERVER, "complete": 1,
-                                                      "slot_wait_ns": int(SLOT_WAIT_S * 1e9), "rtt_ns": 10_000_000,
-                                                      "execute_ns": int(EXECUTE_S * 1e9)}], schema=RPC))
+        n += 1
+        raw = Raw(servers={0: (2, 6, -2 * start, -6 * start, 0, start)},
+                  rpcs={(1, "WRITE"): {"slot_wait": hist(int(SLOT_WAIT_S * 1e9)), "rtt": hist(10_000_000),
+                                       "execute": hist(int(EXECUTE_S * 1e9))}})
+        metrics.sweep(agg.sweep(raw, time.clock_gettime_ns(time.CLOCK_MONOTONIC))[0])
 
 
 @pytest.mark.skipif(prom.PROMETHEUS is None, reason="no prometheus (apt-get install prometheus; dev.sh setup does)")
@@ -230,9 +240,13 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
 
     Every query of the dashboard (deploy/grafana) runs, each on the target tests/dashboard.py
     names, and returns finite values >= 0 where that target has series. Its NFS panels read a
-    second target, watch's Metrics fed the rows of a saturated 2-slot transport (this kernel has
-    no NFS to trace), and answer what those rows hold: 2 slots in use, 6 waiting, always full,
-    slot wait 2/3 of RPC time."""
+    second target, watch's Metrics fed the sweeps of a saturated 2-slot transport's aggregates
+    (this kernel has no NFS to trace), and answer what those hold: 2 slots in use, 6 waiting,
+    always full, slot wait 2/3 of RPC time.
+
+    The syscall histograms, which the kernel's aggregates feed (the calls on fds, a call before
+    its fd was known held back until it was) or the rows (the opens), count exactly the
+    incident's rows: per syscall, the calls, their time to the ns and their buckets."""
     from slotscope.agent.metrics import Metrics, serve
 
     out = _setup(tmp_path)
@@ -255,6 +269,10 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
         time.sleep(3)       # the last rows scraped
         now = time.time()
         total = prom.query(web, 'sum(slotscope_written_bytes_total)', now)
+        swept = {what: prom.values(prom.query(web, f"sum by (syscall) (slotscope_syscall_duration_seconds_{what})",
+                                              now)) for what in ("count", "sum")}
+        under_ms = prom.values(prom.query(web, 'sum by (syscall) (slotscope_syscall_duration_seconds_bucket'
+                                               '{le="0.001"})', now))
         # Each panel as Grafana asks for it over the run, of the target its series come from.
         run = int(now - began) + 1
         panels = {title: prom.values(prom.query(
@@ -279,6 +297,14 @@ def test_prometheus_scrapes_what_the_incident_holds(tmp_path):
         server.shutdown()
         server.server_close()
     assert float(total[0]["value"][1]) == written.sum()     # f.bin's writes and the FIFO's first
+    rows = rows.set_column(rows.schema.get_field_index("syscall"), "syscall", pc.cast(rows["syscall"], pa.string()))
+    calls = rows.group_by("syscall").aggregate([("latency_ns", "count"), ("latency_ns", "sum")]).to_pylist()
+    assert {"write", "openat"} <= {str(c["syscall"]) for c in calls}
+    assert swept["count"] == {f"syscall={c['syscall']}": c["latency_ns_count"] for c in calls}
+    for c in calls:
+        assert swept["sum"][f"syscall={c['syscall']}"] == pytest.approx(c["latency_ns_sum"] / 1e9, rel=1e-12)
+        fast = pc.sum(pc.less_equal(rows.filter(pc.equal(rows["syscall"], c["syscall"]))["latency_ns"], 1_000_000))
+        assert under_ms[f"syscall={c['syscall']}"] == fast.as_py()
     assert written[ours].sum() >= 12 * 4096 * 50               # the 12 s run is in the incident
     # the panel's rate is the counter's own slope in the middle of the run (it grows while the rows
     # come, not at the end); against the rows themselves it drifted 18% on a loaded host (the counter

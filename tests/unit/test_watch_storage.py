@@ -1,5 +1,5 @@
 """watch's memory and disk: the flight recorder's bounds, --max-disk's pruning on real files,
-and the metrics served from real rows."""
+and the metrics served from real rows and the kernel's sweeps (more in test_watch_aggregates)."""
 import os
 
 import numpy as np
@@ -13,6 +13,7 @@ from slotscope.agent.incidents import incident_name, incidents, open_out, prune
 from slotscope.agent.metrics import Metrics, parse_address
 from slotscope.capture.tables import PROCS, SYSCALL
 from slotscope.capture.writer import CaptureWriteError
+from unit_helpers import scrape
 
 pytestmark = pytest.mark.unit
 
@@ -154,30 +155,41 @@ def _syscalls(rows: list[dict]) -> pa.Table:
         SYSCALL.get_field_index("syscall"), pa.field("syscall", pa.string())))
 
 
-def test_metrics_from_rows(tmp_path):
+def test_metrics_from_rows_and_sweeps(tmp_path):
+    """The calls on fds come from the kernel's aggregates (a Sweep); the calls that name a path
+    from their rows, whose calls on fds the kernel has counted already (not twice)."""
+    from slotscope.agent.aggregates import Sweep
     dev = os.stat(tmp_path).st_dev
     path = str(tmp_path / "f")
     m = Metrics(per_process=True, process_cap=1)
+    mount = m.mount_of(dev, path)
     m.observe("procs", pa.Table.from_pylist([{"ts": 0, "tgid": 5, "comm": "rank0", "rank": 0}], schema=PROCS))
+    counts = lambda *at: [at.count(i) for i in range(19)]  # noqa: E731
+    m.sweep(Sweep(calls={("write", mount): (counts(0, 14), 3_000_050_000, 4196),
+                         ("fsync", mount): (counts(1), 200_000, 0)},
+                  processes={5: (4096, 250_000), 6: (100, 3_000_000_000)}))
     m.observe("syscall", _syscalls([
         {"syscall": "write", "latency_ns": 50_000, "bytes": 4096, "tgid": 5, "dev": dev, "path": path},
-        {"syscall": "write", "latency_ns": 3_000_000_000, "bytes": 100, "tgid": 6, "dev": dev, "path": path},
-        {"syscall": "fsync", "latency_ns": 200_000, "bytes": None, "tgid": 5, "dev": dev, "path": path},
+        {"syscall": "openat", "latency_ns": 2_000_000, "bytes": None, "tgid": 5, "dev": dev, "path": path},
     ]))
     m.observe("loss", pa.table({"counter": ["sys_ring"], "lost": pa.array([7], pa.uint64())}))
     m.incident("blocked_s")
-    lines = _scrape(m)
-    mount = next(k for k in lines if k.startswith("slotscope_written_bytes_total")).split('"')[1]
+    lines = scrape(m)
     write = f'mount="{mount}",syscall="write"'
     assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="0.0001",{write}}}']) == 1
     assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="2.5",{write}}}']) == 1
     assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="5",{write}}}']) == 2
-    assert float(lines[f'slotscope_syscall_duration_seconds_count{{{write}}}']) == 2
+    assert float(lines[f'slotscope_syscall_duration_seconds_count{{{write}}}']) == 2     # the row's not again
     assert float(lines[f'slotscope_syscall_duration_seconds_sum{{{write}}}']) == pytest.approx(3.00005)
+    assert float(lines[f'slotscope_syscall_duration_seconds_count{{mount="{mount}",syscall="openat"}}']) == 1
+    assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="0.0025",mount="{mount}",syscall="openat"}}']) \
+        == 1
     assert float(lines[f'slotscope_written_bytes_total{{mount="{mount}"}}']) == 4196
-    # the cap: one process of its own, the other summed as "other"
+    # the cap: one process of its own, the other summed as "other"; its open's time from the row
     assert float(lines['slotscope_process_written_bytes_total{comm="rank0",pid="5",rank="0"}']) == 4096
     assert float(lines['slotscope_process_written_bytes_total{comm="",pid="other",rank=""}']) == 100
+    assert float(lines['slotscope_process_blocked_seconds_total{comm="rank0",pid="5",rank="0"}']) \
+        == pytest.approx(0.00225)
     assert float(lines['slotscope_lost_events_total{counter="sys_ring"}']) == 7
     assert float(lines['slotscope_incidents_total{trigger="blocked_s"}']) == 1
     assert float(lines["slotscope_agent_resident_memory_bytes"]) > 1 << 20
@@ -196,74 +208,10 @@ def test_metrics_address():
     assert parse_address("[::1]:9465") == ("::1", 9465)
 
 
-def _scrape(m: Metrics) -> dict[str, float]:
-    from prometheus_client import generate_latest
-    from prometheus_client.registry import CollectorRegistry
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(m)
-    text = generate_latest(registry).decode()
-    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
-
-
-def test_rpc_and_transport_metrics_from_rows():
-    """The NFS side, from the rpc and slots rows the VM's probes make: per procedure histograms of
-    completed RPCs, and per transport the time-weighted slots in use, waiters and saturated time,
-    carried across batches (a sample holds until the next)."""
-    from slotscope.capture.tables import RPC, SLOTS
-    m = Metrics()
-    rpc = [{"procname": "WRITE", "server": "10.0.0.2", "complete": 1, "slot_wait_ns": 2_000_000_000,
-            "rtt_ns": 10_000_000, "execute_ns": 2_020_000_000},
-           {"procname": "WRITE", "server": "10.0.0.2", "complete": 0, "slot_wait_ns": 0, "rtt_ns": 0, "execute_ns": 0},
-           {"procname": "COMMIT", "server": "10.0.0.2", "complete": 1, "slot_wait_ns": 0, "rtt_ns": 50_000_000,
-            "execute_ns": 60_000_000}]
-    m.observe("rpc", pa.Table.from_pylist(rpc, schema=RPC))
-    slot = lambda ts, in_use, backlog: {"ts": int(ts * 1e9), "in_use": in_use, "backlog": backlog,  # noqa: E731
-                                        "server": "10.0.0.2"}
-    m.observe("slots", pa.Table.from_pylist([slot(0, 2, 0), slot(1, 128, 5)], schema=SLOTS))
-    m.observe("slots", pa.Table.from_pylist([slot(4, 10, 0), slot(5, 0, 0)], schema=SLOTS))
-    got = _scrape(m)
-    w = 'procedure="WRITE",server="10.0.0.2"'
-    assert got[f"slotscope_rpc_slot_wait_seconds_count{{{w}}}"] == 1          # the outstanding one not yet
-    assert got[f'slotscope_rpc_slot_wait_seconds_bucket{{le="1",{w}}}'] == 0
-    assert got[f'slotscope_rpc_slot_wait_seconds_bucket{{le="2.5",{w}}}'] == 1
-    assert got[f"slotscope_rpc_execute_seconds_sum{{{w}}}"] == pytest.approx(2.02)
-    assert got['slotscope_rpc_rtt_seconds_sum{procedure="COMMIT",server="10.0.0.2"}'] == pytest.approx(0.05)
-    s = 'server="10.0.0.2"'
-    assert got[f"slotscope_transport_slots_in_use_seconds_total{{{s}}}"] == pytest.approx(2 * 1 + 128 * 3 + 10 * 1)
-    assert got[f"slotscope_transport_backlog_seconds_total{{{s}}}"] == pytest.approx(5 * 3)
-    assert got[f"slotscope_transport_full_seconds_total{{{s}}}"] == pytest.approx(3)
-
-
-def test_transport_metrics_sum_the_clients_as_the_analyzer_does():
-    """The bundled VM capture's slots rows (a mount's nfs and nfsacl clients on one transport), fed
-    a second's worth at a time as watch's drains feed them: the transport's slots in use, waiters
-    and saturated time are the analyzer's occupancy of the same rows (each client's sample holding
-    until its next, summed). Taking each sample for the whole transport's state lost 1.5-2% of them
-    on the VM's storms, where an nfsacl sample with nothing waiting cut the nfs client's wait."""
-    import numpy as np
-
-    from slotscope.analyzer.transports import occupancy
-    from slotscope.capture.reader import Capture
-    slots = Capture.open(os.path.join(os.path.dirname(__file__), "..", "..", "analyzer", "sample")).read("slots")
-    assert len(set(slots["client_id"].to_pylist())) > 1
-    slots = slots.sort_by("ts")
-    m, ts = Metrics(), slots["ts"].to_numpy()
-    for second in np.unique((ts - ts[0]) // 1_000_000_000):
-        at = np.flatnonzero((ts - ts[0]) // 1_000_000_000 == second)
-        m.observe("slots", slots.slice(int(at[0]), len(at)))
-    occ = occupancy(slots, 0)
-    held = np.diff(occ.ts) / 1e9        # each step until the next; the last one's end is not known yet
-    want = {"slots_in_use": (held * occ.cols["in_use"][:-1]).sum(), "backlog": (held * occ.cols["backlog"][:-1]).sum(),
-            "full": (held * (occ.cols["backlog"][:-1] > 0)).sum()}
-    got = _scrape(m)
-    for name, value in want.items():
-        assert got[f'slotscope_transport_{name}_seconds_total{{server="10.0.0.1:2049"}}'] == pytest.approx(value, rel=1e-9)
-
-
 def test_the_endpoint_serves_before_the_probes_are_loaded(tmp_path):
     """watch serves its metrics from its start, while BCC compiles (a minute under the VM's TCG):
     a scrape then answers, with no event read yet. It raised AttributeError on every scrape of the
     VM's first watched boot until the capture had started."""
     from slotscope.agent.watch import Watcher, WatchOptions
-    got = _scrape(Watcher(WatchOptions(output=str(tmp_path / "out")), ["slotscope", "watch"]).metrics)
+    got = scrape(Watcher(WatchOptions(output=str(tmp_path / "out")), ["slotscope", "watch"]).metrics)
     assert got["slotscope_events_total"] == 0 and got["slotscope_flight_recorder_seconds"] == 0

@@ -2,9 +2,9 @@
 import pyarrow as pa
 import pytest
 
-from slotscope.agent.conditions import Blocked, SlotFull, not_responding, returned_blocked, slow_save
+from slotscope.agent.conditions import Blocked, longest_full, not_responding, returned_blocked, slow_save
 from slotscope.agent.triggers import TRIGGERS, Arming, parse_triggers
-from slotscope.capture.tables import BLOCKED, KMSG, SLOTS
+from slotscope.capture.tables import BLOCKED, KMSG
 
 pytestmark = pytest.mark.unit
 
@@ -78,19 +78,18 @@ def _snapshot(ts, *calls):
                                   "path": f"/p{tid}"} for tid, enter in calls], schema=BLOCKED)
 
 
-def test_a_blocked_call_stays_blocked_between_snapshots_until_it_returns():
+def test_a_blocked_call_stays_blocked_between_snapshots_until_one_leaves_it_out():
     """A drain without a snapshot must not clear the condition (a trigger re-armed by it would
-    report the same call again); the call's return, or a snapshot without it, ends it."""
+    report the same call again); a snapshot without the call, or with nothing blocked, ends it."""
     b = Blocked()
     b.feed_snapshot(_snapshot(10 * S, (7, 1 * S), (8, 4 * S)))
     assert b.longest(10 * S) == (9 * S, {"tgid": 7, "syscall": "write", "path": "/p7", "ts_enter": S,
                                          "in_progress": True})
     assert b.longest(12 * S)[0] == 11 * S                      # no snapshot since: still blocked
-    b.feed_returned(pa.table({"tid": pa.array([7], pa.uint32()), "ts_enter": [1 * S]}))
-    assert b.longest(12 * S) == (8 * S, b.calls[8, 4 * S][0])    # 7 returned; 8 is the longest left
-    b.feed_snapshot(_snapshot(13 * S, (9, 12 * S)))             # 8 not in the latest snapshot: it ended
-    assert b.longest(13 * S)[1]["tgid"] == 9
-    assert b.longest(13 * S + Blocked.STALE_NS + 1) == (0, None)  # no snapshot for long: gone
+    b.feed_snapshot(_snapshot(13 * S, (8, 4 * S), (9, 12 * S)))    # 7 not in the latest snapshot: it ended
+    assert b.longest(13 * S) == (9 * S, b.calls[8, 4 * S])
+    b.feed_snapshot(None)                                      # nothing blocked at all
+    assert b.longest(14 * S) == (0, None)
 
 
 def test_returned_blocked_takes_the_longest_returned_call():
@@ -101,31 +100,11 @@ def test_returned_blocked_takes_the_longest_returned_call():
     assert returned_blocked(None) == (0, None)
 
 
-def test_slot_full_runs_per_server():
-    full = SlotFull()
-    rows = lambda r: pa.Table.from_pylist(  # noqa: E731
-        [{"ts": ts, "backlog": b, "server": s, "in_use": 0, "session_wait": 0, "sending": 0, "pending": 0,
-          "client_id": 0} for ts, b, s in r], schema=SLOTS)
-    full.feed(rows([(100, 0, "a"), (200, 3, "a"), (300, 5, "b")]))
-    assert full.longest(1_200) == (1_000, "a")
-    full.feed(rows([(400, 0, "a")]))        # a's waiters gone: its run ends
-    assert full.longest(1_300) == (1_000, "b")
-    full.feed(rows([(500, 0, "b")]))
-    assert full.longest(2_000) == (0, None)
-
-
-def test_slot_full_counts_every_client_of_the_transport():
-    """A mount's nfsacl client shares the nfs client's transport: its sample with none waiting
-    (a GETACL in the middle of a storm, as in the VM's saturated captures) does not end the run
-    of the nfs client's waiters."""
-    full = SlotFull()
-    rows = lambda r: pa.Table.from_pylist(  # noqa: E731
-        [{"ts": ts, "backlog": b, "server": "a", "in_use": 0, "session_wait": 0, "sending": 0, "pending": 0,
-          "client_id": c} for ts, b, c in r], schema=SLOTS)
-    full.feed(rows([(100, 4, 3), (200, 1, 4), (300, 0, 4), (400, 4, 3)]))
-    assert full.longest(1_100) == (1_000, "a")
-    full.feed(rows([(500, 0, 3)]))
-    assert full.longest(1_200) == (0, None)
+def test_slot_full_is_the_server_full_the_longest():
+    """The kernel's full_since per server (aggregates.py): the one full since the earliest."""
+    assert longest_full({"a": 200, "b": 300}, 1_200) == (1_000, "a")
+    assert longest_full({"b": 300}, 1_300) == (1_000, "b")
+    assert longest_full({}, 2_000) == (0, None)
 
 
 def test_not_responding_line():

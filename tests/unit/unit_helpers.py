@@ -138,3 +138,13 @@ def assert_one_line_error(res: subprocess.CompletedProcess, *phrases: str) -> st
     for phrase in phrases:
         assert phrase in line, (phrase, line)
     return line
+
+
+def scrape(metrics) -> dict[str, float]:
+    """What Prometheus would read from watch's Metrics: series -> value."""
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    text = generate_latest(registry).decode()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
