@@ -303,7 +303,9 @@ class SunrpcProbes(ProbeGroup):
 
     def cflags(self, filters: Filters) -> list[str]:
         flags = super().cflags(filters)
-        addrs = _kallsyms({"call_reserve", "call_transmit"})
+        # the steps rpc_task_run_action looks a task up at (bpf/sunrpc.c): the waits' starts, and
+        # the first steps of an attempt
+        addrs = _kallsyms({"call_reserve", "call_transmit", "call_start", "rpc_prepare_task"})
         if kernel.tracepoint_exists("sunrpc", "rpc_task_run_action"):
             flags += [f"-D{name.upper()}_ADDR={addr:#x}ULL" for name, addr in addrs.items()]
         return flags
@@ -461,6 +463,9 @@ class OwnerProbes(KprobeGroup):
                ("nfs_pgio_header", "args.context"), ("nfs_lock_context", "lockowner"),
                ("nfs_open_context", "flock_owner"))
     loses = "each WRITE's lock owner and open file (background writeback is attributed by inode and time)"
+
+    def cflags(self, filters: Filters) -> list[str]:
+        return [*super().cflags(filters), "-DNFS_OWNER_GROUP"]   # bpf/nfs.c: the WRITE's entry is there
 
 
 class XprtProbes(KprobeGroup):

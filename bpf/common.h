@@ -41,20 +41,17 @@ static __always_inline u64 wake_flags(int ring, u32 every, int urgent)
 
 /* nfs_initiate_{write,commit,read} fire in the issuing thread just before it starts
  * the RPC task (rpc_execute -> rpc_task_begin, same thread): the nfs group leaves the
- * I/O here by thread id and the sunrpc group attaches it to the task. */
+ * I/O here by thread id and the sunrpc group attaches it to the task. The nfs_owner group's
+ * kprobe on nfs_initiate_write, which runs before that tracepoint, leaves the WRITE's lock
+ * owner and open file in the same entry (bpf/owners.c): rpc_task_begin takes both with one
+ * lookup and one delete. */
 struct pending_io {
     u64 fileid;
     s64 offset;
+    u64 lock_owner;
+    u64 open_file;
     u32 count;
     u32 stable;
     u32 dev;
 };
 BPF_HASH(pending_io, u32, struct pending_io, 4096);
-
-/* The nfs_owner group's kprobe on nfs_initiate_write leaves the WRITE's lock owner and
- * open file here, by thread, for the same rpc_task_begin (bpf/owners.c). */
-struct pending_owner {
-    u64 lock_owner;
-    u64 open_file;
-};
-BPF_HASH(pending_owner, u32, struct pending_owner, 4096);

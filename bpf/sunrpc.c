@@ -15,6 +15,10 @@
  * pointer, compared with the addresses of call_reserve and call_transmit that
  * the agent reads from /proc/kallsyms (CALL_RESERVE_ADDR, CALL_TRANSMIT_ADDR).
  * Where they are missing (inlined), the sleep sums still give the waits.
+ * Of the ~14 steps of an RPC only those two and the first steps of an attempt
+ * (rpc_prepare_task, call_start: where a restarted task gets its fresh record)
+ * look the task up; the others return on the address compare (RUN_ACTION_FILTER:
+ * all four addresses known, else every step looks its task up).
  */
 
 #define SLEEP_NONE 0
@@ -44,14 +48,16 @@ struct client_slots {
 /* LRU: a task that ends without an accounting record must not pin an entry forever. */
 BPF_TABLE("lru_hash", u64, struct rpc_task_state, rpc_tasks, 65536);
 BPF_RINGBUF_OUTPUT(rpc_ring, RPC_RING_PAGES);
-BPF_HASH(client_slots, u32, struct client_slots, 4096);
+/* By client id: the kernel hands out the lowest free one (an ida), so ids stay below the
+ * number of clients alive at once. An array, whose lookups the verifier inlines. */
+#define CLIENTS_MAX 16384
+BPF_ARRAY(client_slots, struct client_slots, CLIENTS_MAX);
 BPF_RINGBUF_OUTPUT(slot_ring, SLOT_RING_PAGES);
 
 /* Change one occupancy counter of a client and emit the client's new state. */
 static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
 {
-    struct client_slots zero = {};
-    struct client_slots *c = client_slots.lookup_or_try_init(&client_id, &zero);
+    struct client_slots *c = client_slots.lookup(&client_id);
     if (!c)
         return;
     switch (what) {
@@ -88,9 +94,9 @@ static __always_inline struct rpc_task_state *rpc_state(u32 client_id, u32 task_
     return rpc_tasks.lookup(&key);
 }
 
-static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_id, u16 flags)
+/* A task's record, from its first step (or its restart's): 0 if the table is full. */
+static __always_inline int rpc_begin(u64 key, u32 client_id, u32 task_id, u16 flags)
 {
-    u64 key = rpc_key(client_id, task_id);
     struct rpc_task_state st = {};
     u64 id = bpf_get_current_pid_tgid();
     st.ev.ts_begin = bpf_ktime_get_ns();
@@ -102,30 +108,26 @@ static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_
     st.ev.xprt_id = -1;  /* the xprt group fills it in at xprt_reserve */
     u32 tid = id;
     struct pending_io *io = pending_io.lookup(&tid);
-    if (io) {  /* the WRITE/COMMIT/READ this thread just initiated */
+    if (io) {  /* the WRITE/COMMIT/READ this thread just initiated, and whose pages a WRITE sends */
         st.ev.fileid = io->fileid;
         st.ev.io_offset = io->offset;
         st.ev.io_count = io->count;
         st.ev.io_stable = io->stable;
         st.ev.io_dev = io->dev;
+        st.ev.lock_owner = io->lock_owner;
+        st.ev.open_file = io->open_file;
         pending_io.delete(&tid);
-    }
-    struct pending_owner *o = pending_owner.lookup(&tid);
-    if (o) {  /* whose pages this WRITE sends */
-        st.ev.lock_owner = o->lock_owner;
-        st.ev.open_file = o->open_file;
-        pending_owner.delete(&tid);
     }
     if (rpc_tasks.update(&key, &st)) {
         count_loss(LOSS_RPC_TASKS_FULL);
         return 0;
     }
-    return rpc_tasks.lookup(&key);
+    return 1;
 }
 
 TRACEPOINT_PROBE(sunrpc, rpc_task_begin)
 {
-    rpc_begin(args->client_id, args->task_id, args->flags);
+    rpc_begin(rpc_key(args->client_id, args->task_id), args->client_id, args->task_id, args->flags);
     return 0;
 }
 
@@ -140,16 +142,27 @@ TRACEPOINT_PROBE(sunrpc, rpc_request)
     return 0;
 }
 
+#if defined(CALL_RESERVE_ADDR) && defined(CALL_TRANSMIT_ADDR) && defined(CALL_START_ADDR) && \
+    defined(RPC_PREPARE_TASK_ADDR)
+#define RUN_ACTION_FILTER
+#endif
+
 TRACEPOINT_PROBE(sunrpc, rpc_task_run_action)
 {
-    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
-    if (!st)  /* restarted after its accounting record */
-        st = rpc_begin(args->client_id, args->task_id, args->flags);
-    if (!st)
-        return 0;
 #if defined(CALL_RESERVE_ADDR) || defined(CALL_TRANSMIT_ADDR)
     u64 action = (u64)args->action;
 #endif
+#ifdef RUN_ACTION_FILTER
+    if (action != CALL_RESERVE_ADDR && action != CALL_TRANSMIT_ADDR && action != CALL_START_ADDR &&
+        action != RPC_PREPARE_TASK_ADDR)
+        return 0;
+#endif
+    u64 key = rpc_key(args->client_id, args->task_id);
+    struct rpc_task_state *st = rpc_tasks.lookup(&key);
+    if (!st && rpc_begin(key, args->client_id, args->task_id, args->flags))  /* restarted after its accounting record */
+        st = rpc_tasks.lookup(&key);
+    if (!st)
+        return 0;
 #ifdef CALL_RESERVE_ADDR
     if (action == CALL_RESERVE_ADDR && !st->ev.ts_reserve_start)
         st->ev.ts_reserve_start = bpf_ktime_get_ns();
