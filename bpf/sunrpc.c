@@ -45,7 +45,21 @@ struct client_slots {
 };
 
 
-/* LRU: a task that ends without an accounting record must not pin an entry forever. */
+/* The tasks followed. First a direct-mapped array, by an index made of the key: looking a
+ * task up there is an index, which the verifier inlines, where a hash lookup costs ~150
+ * instructions, and a task is looked up ~12 times. A slot is taken with an atomic add and a
+ * read-back of the count (XADD, which every kernel has; a compare-and-swap needs 5.12), so
+ * that two tasks beginning at once on two CPUs cannot both take it. A task whose slot
+ * another task holds goes to the LRU hash, where a task that ends without an accounting
+ * record does not pin an entry forever (in the array it holds its slot, and the tasks that
+ * map there go to the hash). */
+#define TASK_SLOTS 16384
+struct task_slot {
+    struct rpc_task_state st;
+    u32 claims;
+    u8 live;
+};
+BPF_ARRAY(task_slots, struct task_slot, TASK_SLOTS);
 BPF_TABLE("lru_hash", u64, struct rpc_task_state, rpc_tasks, 65536);
 BPF_RINGBUF_OUTPUT(rpc_ring, RPC_RING_PAGES);
 /* By client id: the kernel hands out the lowest free one (an ida), so ids stay below the
@@ -88,14 +102,30 @@ static __always_inline u64 rpc_key(u32 client_id, u32 task_id)
     return ((u64)client_id << 32) | task_id;
 }
 
+/* A client's task ids are consecutive: they take consecutive slots, from a place that differs
+ * by client (Knuth's multiplicative hash of the client id). */
+static __always_inline struct task_slot *task_slot(u32 client_id, u32 task_id)
+{
+    u32 i = (client_id * 2654435761u + task_id) % TASK_SLOTS;
+    return task_slots.lookup(&i);
+}
+
+static __always_inline int holds(struct task_slot *s, u32 client_id, u32 task_id)
+{
+    return s->live && s->st.ev.task_id == task_id && s->st.ev.client_id == client_id;
+}
+
 static __always_inline struct rpc_task_state *rpc_state(u32 client_id, u32 task_id)
 {
+    struct task_slot *s = task_slot(client_id, task_id);
+    if (s && holds(s, client_id, task_id))
+        return &s->st;
     u64 key = rpc_key(client_id, task_id);
     return rpc_tasks.lookup(&key);
 }
 
 /* A task's record, from its first step (or its restart's): 0 if the table is full. */
-static __always_inline int rpc_begin(u64 key, u32 client_id, u32 task_id, u16 flags)
+static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_id, u16 flags)
 {
     struct rpc_task_state st = {};
     u64 id = bpf_get_current_pid_tgid();
@@ -118,16 +148,44 @@ static __always_inline int rpc_begin(u64 key, u32 client_id, u32 task_id, u16 fl
         st.ev.open_file = io->open_file;
         pending_io.delete(&tid);
     }
+    struct task_slot *s = task_slot(client_id, task_id);
+    if (s && holds(s, client_id, task_id)) {   /* its own stale record (the id wrapped): replaced */
+        s->st = st;
+        return &s->st;
+    }
+    if (s && !s->live) {
+        __sync_fetch_and_add(&s->claims, 1);
+        if (*(volatile u32 *)&s->claims == 1) {
+            s->st = st;
+            s->live = 1;
+            return &s->st;
+        }
+        __sync_fetch_and_add(&s->claims, -1);   /* another CPU's task took it meanwhile */
+    }
+    u64 key = rpc_key(client_id, task_id);
     if (rpc_tasks.update(&key, &st)) {
         count_loss(LOSS_RPC_TASKS_FULL);
         return 0;
     }
-    return 1;
+    return rpc_tasks.lookup(&key);
+}
+
+/* The task's attempt is accounted: its record is given up. */
+static __always_inline void rpc_end(u32 client_id, u32 task_id)
+{
+    struct task_slot *s = task_slot(client_id, task_id);
+    if (s && holds(s, client_id, task_id)) {
+        s->live = 0;
+        __sync_fetch_and_add(&s->claims, -1);
+        return;
+    }
+    u64 key = rpc_key(client_id, task_id);
+    rpc_tasks.delete(&key);
 }
 
 TRACEPOINT_PROBE(sunrpc, rpc_task_begin)
 {
-    rpc_begin(rpc_key(args->client_id, args->task_id), args->client_id, args->task_id, args->flags);
+    rpc_begin(args->client_id, args->task_id, args->flags);
     return 0;
 }
 
@@ -157,10 +215,9 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_run_action)
         action != RPC_PREPARE_TASK_ADDR)
         return 0;
 #endif
-    u64 key = rpc_key(args->client_id, args->task_id);
-    struct rpc_task_state *st = rpc_tasks.lookup(&key);
-    if (!st && rpc_begin(key, args->client_id, args->task_id, args->flags))  /* restarted after its accounting record */
-        st = rpc_tasks.lookup(&key);
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st)  /* restarted after its accounting record */
+        st = rpc_begin(args->client_id, args->task_id, args->flags);
     if (!st)
         return 0;
 #ifdef CALL_RESERVE_ADDR
@@ -284,8 +341,7 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_end)
 /* Once per attempt, right after rpc_task_end, with the numbers mountstats adds up. */
 TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
 {
-    u64 key = rpc_key(args->client_id, args->task_id);
-    struct rpc_task_state *st = rpc_tasks.lookup(&key);
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
     if (!st)
         return 0;
     struct rpc_event *e = rpc_ring.ringbuf_reserve(sizeof(struct rpc_event));
@@ -305,6 +361,6 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
     }
     if (st->has_slot)  /* the attempt is over: its slot is released */
         slots_change(args->client_id, SLEEP_NONE, -1);
-    rpc_tasks.delete(&key);
+    rpc_end(args->client_id, args->task_id);
     return 0;
 }
