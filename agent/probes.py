@@ -688,7 +688,7 @@ class Loaded:
         if "rpc_ring" not in self.rings:
             return np.empty(0, RPC_EVENT.dtype)
         # bpf/sunrpc.c: a task's record is in the task_slots array (where `live`) or the rpc_tasks hash
-        slots = (v for _, v in self.bpf[b"task_slots"].items_lookup_batch() if v.live)
+        slots = (v for _, v in self.bpf[b"task_slots"].items_lookup_batch() if v.hold.live)
         records = [bytes(v)[: RPC_EVENT.dtype.itemsize] for v in (*slots, *self.bpf[b"rpc_tasks"].values())]
         return np.frombuffer(b"".join(records), RPC_EVENT.dtype) if records else np.empty(0, RPC_EVENT.dtype)
 

@@ -40,7 +40,7 @@ static __always_inline void nfs_pending(struct nfs_event *e, int with_owner)
 #ifdef NFS_OWNER_GROUP
     struct pending_io *p = 0;
     if (with_owner)
-        p = pending_io.lookup(&tid);
+        p = pending_find(tid);
     if (p) {
         p->fileid = e->fileid;
         p->offset = e->offset;
@@ -52,7 +52,7 @@ static __always_inline void nfs_pending(struct nfs_event *e, int with_owner)
 #endif
     struct pending_io io = {.fileid = e->fileid, .offset = e->offset, .count = e->count,
                             .stable = e->stable, .dev = e->dev};
-    pending_io.update(&tid, &io);
+    pending_put(tid, &io);
 }
 
 #define NFS_START(event, KIND)                                  \

@@ -62,6 +62,6 @@ int kprobe__nfs_initiate_write(struct pt_regs *ctx, void *hdr)
     if (c)
         KREAD(p.open_file, c, NFS_OPEN_CONTEXT_FLOCK_OWNER);
     u32 tid = bpf_get_current_pid_tgid();
-    pending_io.update(&tid, &p);
+    pending_put(tid, &p);
     return 0;
 }

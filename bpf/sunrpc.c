@@ -45,19 +45,14 @@ struct client_slots {
 };
 
 
-/* The tasks followed. First a direct-mapped array, by an index made of the key: looking a
- * task up there is an index, which the verifier inlines, where a hash lookup costs ~150
- * instructions, and a task is looked up ~12 times. A slot is taken with an atomic add and a
- * read-back of the count (XADD, which every kernel has; a compare-and-swap needs 5.12), so
- * that two tasks beginning at once on two CPUs cannot both take it. A task whose slot
- * another task holds goes to the LRU hash, where a task that ends without an accounting
- * record does not pin an entry forever (in the array it holds its slot, and the tasks that
- * map there go to the hash). */
+/* The tasks followed, direct-mapped (common.h) by their key: a task is looked up ~12 times.
+ * Where another task held its slot, in the LRU hash, where a task that ends without an
+ * accounting record does not pin an entry forever (in the array it keeps its slot, and the
+ * tasks that map there go to the hash). */
 #define TASK_SLOTS 16384
 struct task_slot {
     struct rpc_task_state st;
-    u32 claims;
-    u8 live;
+    struct slot_hold hold;
 };
 BPF_ARRAY(task_slots, struct task_slot, TASK_SLOTS);
 BPF_TABLE("lru_hash", u64, struct rpc_task_state, rpc_tasks, 65536);
@@ -112,7 +107,7 @@ static __always_inline struct task_slot *task_slot(u32 client_id, u32 task_id)
 
 static __always_inline int holds(struct task_slot *s, u32 client_id, u32 task_id)
 {
-    return s->live && s->st.ev.task_id == task_id && s->st.ev.client_id == client_id;
+    return s->hold.live && s->st.ev.task_id == task_id && s->st.ev.client_id == client_id;
 }
 
 static __always_inline struct rpc_task_state *rpc_state(u32 client_id, u32 task_id)
@@ -137,7 +132,7 @@ static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_
     st.ev.task_flags = flags;
     st.ev.xprt_id = -1;  /* the xprt group fills it in at xprt_reserve */
     u32 tid = id;
-    struct pending_io *io = pending_io.lookup(&tid);
+    struct pending_io *io = pending_find(tid);
     if (io) {  /* the WRITE/COMMIT/READ this thread just initiated, and whose pages a WRITE sends */
         st.ev.fileid = io->fileid;
         st.ev.io_offset = io->offset;
@@ -146,21 +141,17 @@ static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_
         st.ev.io_dev = io->dev;
         st.ev.lock_owner = io->lock_owner;
         st.ev.open_file = io->open_file;
-        pending_io.delete(&tid);
+        pending_done(tid);
     }
     struct task_slot *s = task_slot(client_id, task_id);
     if (s && holds(s, client_id, task_id)) {   /* its own stale record (the id wrapped): replaced */
         s->st = st;
         return &s->st;
     }
-    if (s && !s->live) {
-        __sync_fetch_and_add(&s->claims, 1);
-        if (*(volatile u32 *)&s->claims == 1) {
-            s->st = st;
-            s->live = 1;
-            return &s->st;
-        }
-        __sync_fetch_and_add(&s->claims, -1);   /* another CPU's task took it meanwhile */
+    if (s && slot_take(&s->hold)) {
+        s->st = st;
+        s->hold.live = 1;
+        return &s->st;
     }
     u64 key = rpc_key(client_id, task_id);
     if (rpc_tasks.update(&key, &st)) {
@@ -175,8 +166,7 @@ static __always_inline void rpc_end(u32 client_id, u32 task_id)
 {
     struct task_slot *s = task_slot(client_id, task_id);
     if (s && holds(s, client_id, task_id)) {
-        s->live = 0;
-        __sync_fetch_and_add(&s->claims, -1);
+        slot_give_back(&s->hold);
         return;
     }
     u64 key = rpc_key(client_id, task_id);
