@@ -85,14 +85,16 @@ def common_reason() -> str | None:
     return None
 
 
-def _kallsyms(names: set[str]) -> dict[str, int]:
-    """Addresses of kernel functions (root sees real ones; zeros mean hidden)."""
+def _kallsyms(names: set[str], module: str) -> dict[str, int]:
+    """Addresses of functions of `module`, or of the kernel where it is built in (root sees real
+    ones; zeros mean hidden). Another module's function of the same name is not taken."""
     found = {}
     try:
         with open("/proc/kallsyms") as f:
             for line in f:
                 parts = line.split()
-                if len(parts) >= 3 and parts[2] in names and parts[2] not in found:
+                if (len(parts) >= 3 and parts[2] in names and parts[2] not in found
+                        and parts[3:] in ([], [f"[{module}]"])):
                     addr = int(parts[0], 16)
                     if addr:
                         found[parts[2]] = addr
@@ -305,7 +307,7 @@ class SunrpcProbes(ProbeGroup):
         flags = super().cflags(filters)
         # the steps rpc_task_run_action looks a task up at (bpf/sunrpc.c): the waits' starts, and
         # the first steps of an attempt
-        addrs = _kallsyms({"call_reserve", "call_transmit", "call_start", "rpc_prepare_task"})
+        addrs = _kallsyms({"call_reserve", "call_transmit", "call_start", "rpc_prepare_task"}, "sunrpc")
         if kernel.tracepoint_exists("sunrpc", "rpc_task_run_action"):
             flags += [f"-D{name.upper()}_ADDR={addr:#x}ULL" for name, addr in addrs.items()]
         return flags
