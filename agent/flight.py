@@ -35,7 +35,8 @@ STICKY_SHARE = 8     # the sticky tables may hold up to 1/STICKY_SHARE of max_by
 
 @dataclass(frozen=True)
 class Held:
-    """A drain's records of a stateless stream, and how to make its rows from them."""
+    """A chunk kept compressed (a drain's rows, or a stateless stream's records), and how to
+    make its rows again."""
     build: Callable[[], pa.Table | None]
     nbytes: int
 

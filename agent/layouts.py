@@ -169,17 +169,17 @@ class Distinct:
     computed in Python is computed once per distinct value, not once per row."""
 
     def __init__(self, values: np.ndarray | pa.Array):
+        starts = None
         if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.size:
             starts = np.flatnonzero(values[1:] != values[:-1]) + 1
-            if starts.size < values.size // RUN_SHARE:   # long runs (a storm's fd): hash one value a run
-                encoded = pa.array(values[np.concatenate(([0], starts))]).dictionary_encode()
-                self.values = encoded.dictionary.to_pylist()
-                lengths = np.diff(np.concatenate(([0], starts, [values.size])))
-                self._rows = pa.array(np.repeat(encoded.indices.to_numpy(), lengths))
-                return
-        encoded = (values if isinstance(values, pa.Array) else pa.array(values)).dictionary_encode()
+        if starts is not None and starts.size < values.size // RUN_SHARE:   # long runs (a storm's fd): a value a run
+            encoded = pa.array(values[np.concatenate(([0], starts))]).dictionary_encode()
+            lengths = np.diff(np.concatenate(([0], starts, [values.size])))
+            self._rows = pa.array(np.repeat(encoded.indices.to_numpy(), lengths))
+        else:
+            encoded = (values if isinstance(values, pa.Array) else pa.array(values)).dictionary_encode()
+            self._rows = encoded.indices
         self.values = encoded.dictionary.to_pylist()
-        self._rows = encoded.indices
 
     @property
     def indices(self) -> np.ndarray:
