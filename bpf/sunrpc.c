@@ -142,17 +142,13 @@ static __always_inline void agg_rpc(const struct rpc_event *ev, u64 rtt_us, u64 
     struct agg_rpc_key key = {};
     key.client_id = ev->client_id;
     __builtin_memcpy(key.procname, ev->procname, sizeof(key.procname));
-    struct agg_rpc *a = agg_rpcs.lookup(&key);
-    if (!a) {
-        int zero = 0;
-        struct agg_rpc *blank = agg_rpc_blank.lookup(&zero);
-        if (!blank)
-            return;
-        agg_rpcs.insert(&key, blank);
-        a = agg_rpcs.lookup(&key);
-        if (!a)
-            return;
-    }
+    int zero = 0;
+    struct agg_rpc *blank = agg_rpc_blank.lookup(&zero);
+    if (!blank)
+        return;
+    struct agg_rpc *a = agg_rpcs.lookup_or_try_init(&key, blank);
+    if (!a)
+        return;
     u64 wait = ev->ts_reserved > 0 && ev->ts_reserve_start > 0 ? ev->ts_reserved - ev->ts_reserve_start
                                                                 : ev->backlog_sleep_ns;
     agg_hist(&a->slot_wait, wait);

@@ -148,20 +148,12 @@ static __always_inline void agg_marked(struct inflight *in, u64 id, struct agg_f
     struct agg_call_key key = {};
     key.dev = mark->dev;
     key.op = in->op;
-    struct agg_calls *a = agg_calls.lookup(&key);
-    if (!a) {
-        agg_calls.insert(&key, blank);
-        a = agg_calls.lookup(&key);
-    }
+    struct agg_calls *a = agg_calls.lookup_or_try_init(&key, blank);
     if (a)
         agg_add(a, ns, written);
     u32 tgid = id >> 32;
-    struct agg_process *p = agg_processes.lookup(&tgid);
-    if (!p) {
-        struct agg_process none = {};
-        agg_processes.insert(&tgid, &none);
-        p = agg_processes.lookup(&tgid);
-    }
+    struct agg_process none = {};
+    struct agg_process *p = agg_processes.lookup_or_try_init(&tgid, &none);
     if (p) {
         __sync_fetch_and_add(&p->written, written);
         __sync_fetch_and_add(&p->blocked_ns, ns);
@@ -202,13 +194,9 @@ static __always_inline void agg_syscall(struct inflight *in, u64 id, long ret, s
     pk.tgid = id >> 32;
     pk.fd = in->fd;
     pk.op = in->op;
-    struct agg_calls *a = agg_pending.lookup(&pk);
-    if (!a) {
-        agg_pending.insert(&pk, blank);
-        a = agg_pending.lookup(&pk);
-        if (!a)
-            return;
-    }
+    struct agg_calls *a = agg_pending.lookup_or_try_init(&pk, blank);
+    if (!a)
+        return;
     agg_add(a, ns, written);
     if ((s64)ns > a->longest_ns) {
         a->longest_ns = ns;
