@@ -214,11 +214,12 @@ class Decoder:
 
         rows = np.flatnonzero(fd_rows)
         if rows.size:
-            keys = (sys["tgid"][rows].astype(np.uint64) << np.uint64(32)) | \
-                (sys["fd"][rows].astype(np.uint32).astype(np.uint64))
-            found, since = self.fds.lookup(keys.astype(np.int64), sys["ts_enter"][rows],
+            sel = slice(None) if rows.size == n else rows   # a storm's batch: every row, nothing to gather
+            keys = (sys["tgid"][sel].astype(np.uint64) << np.uint64(32)) | \
+                (sys["fd"][sel].astype(np.uint32).astype(np.uint64))
+            found, since = self.fds.lookup(keys.astype(np.int64), sys["ts_enter"][sel],
                                            lambda k: self.registry.from_proc(k >> 32, k & 0xFFFFFFFF))
-            fids[rows] = found
+            fids[sel] = found
             self._ignore_unmatched(sys, rows, found, since)
 
         keep = self._kept(ops, fd_op, fids)
