@@ -86,6 +86,9 @@ struct agg_client {
     u32 seeded;
 };
 BPF_HASH(agg_server_of, u32, struct agg_client, 4096);
+/* The clients whose counts changed before user space mapped them: what it maps at its next
+ * sweep (client_slots, an array, would list every id). */
+BPF_HASH(agg_unmapped, u32, u8, 4096);
 BPF_ARRAY(agg_servers, struct agg_server, AGG_SERVERS);
 
 static __always_inline void agg_slots(u32 client_id, struct client_slots *c, u8 what, s32 delta, s64 ts)
@@ -93,8 +96,11 @@ static __always_inline void agg_slots(u32 client_id, struct client_slots *c, u8 
     if (what != SLEEP_NONE && what != SLEEP_BACKLOG)
         return;
     struct agg_client *m = agg_server_of.lookup(&client_id);
-    if (!m)
+    if (!m) {
+        u8 one = 1;
+        agg_unmapped.update(&client_id, &one);
         return;
+    }
     u32 idx = m->server;
     struct agg_server *s = agg_servers.lookup(&idx);
     if (!s)
