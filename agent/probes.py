@@ -26,6 +26,7 @@ from .identity import RANK_VARS
 from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PATH_MAX_CAPTURED,
                       PROC_EVENT, RINGS, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .memory import release_compiler
+from .priority import DrainPriority
 from .ringbuf import RingReader, record_size
 from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
@@ -41,12 +42,6 @@ KPROBE = "kprobe:"    # an attach point that is a kprobe, before its function (a
 DRAIN_EVERY = 1.0
 DRAIN_MIN = 0.02
 BUSY_FILL = 0.05
-# The drain's niceness. A storm fills the syscall ring in 140 ms (1.65 M events/s); on this
-# busy 2-core host a nice-0 drain waited that long and more for a CPU (20 ms sleeps overshot
-# by up to 90 ms, a batch's copy took 200 ms), and the kernel's events were lost, not late.
-# Raised, as auditd raises its own (priority_boost), it waits less; its work is bounded by
-# the events, so under contention the traced processes give way to their own trace.
-DRAIN_NICE = -10
 
 
 def _read_sysctl(path: str) -> str | None:
@@ -112,17 +107,6 @@ FIELD_TYPE_HEADERS = {"enum nfs3_stable_how": "linux/nfs.h"}
 def _missing_tracepoints(required: list[tuple[str, str]]) -> str | None:
     missing = [f"{c}:{e}" for c, e in required if not kernel.tracepoint_exists(c, e)]
     return f"no {', '.join(missing)} tracepoint" + ("s" if len(missing) > 1 else "") if missing else None
-
-
-def raise_drain_priority() -> bool:
-    """DRAIN_NICE for the calling thread and the threads it starts from now on (Linux's
-    niceness is per thread): the drain, the capture's flusher, the identity readers. Call it
-    after forking anything traced. -> whether it was allowed."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, DRAIN_NICE)
-        return True
-    except OSError:         # no CAP_SYS_NICE (a container): drain at the niceness we have
-        return False
 
 
 def wake_every(layout: Layout, pages: int) -> int:
@@ -632,6 +616,8 @@ class Loaded:
         # Edge-triggered: only the kernel's forced wakeups end a wait, not events that
         # arrived without one (level-triggered, any unread event would).
         self._epoll = select.epoll()
+        self.priority = DrainPriority()
+        self._last_read = time.monotonic()
         for ring in self.rings.values():
             self._epoll.register(ring.fd, select.EPOLLIN | select.EPOLLET)
         # Per-program run time costs two clock reads per hit; worth it to report our overhead.
@@ -653,6 +639,10 @@ class Loaded:
         so when one of the rings the syscalls refer to stopped short, this batch reads no
         syscall at all: one whose path or fork were held back would be decoded without them
         (an open without its path leaves every write to that fd unnamed)."""
+        now = time.monotonic()
+        if self.rings:
+            self.priority.follow(self.fill(), now - self._last_read, now)
+        self._last_read = now
         sys_ring = self.rings.get("sys_ring")
         upto = sys_ring.producer_position() if sys_ring else None
         out = {name: ring.read() for name, ring in self.rings.items() if name != "sys_ring"}

@@ -256,7 +256,7 @@ class Slotscope:
 
     def __init__(self, pid: int, poll_ms: float | None = None):
         from slotscope.agent.layouts import warm_up
-        from slotscope.agent.probes import Filters, SyscallProbes, load, raise_drain_priority
+        from slotscope.agent.probes import Filters, SyscallProbes, load
         probes = SyscallProbes()
         reason = probes.can_run()
         if reason:
@@ -264,7 +264,6 @@ class Slotscope:
         self.pid = pid
         self.poll = DRAIN_EVERY if poll_ms is None else poll_ms / 1000
         self.loaded = load([probes], Filters(tgids=[pid]))
-        raise_drain_priority()   # as the recorder (the producer, started before, keeps its own)
         warm_up()    # as the recorder does: pyarrow's lazy start-up (~0.15 s) is not a drain's cost
         self.received = self.bytes = self.other = self.batches = 0
         self.max_fill = 0.0

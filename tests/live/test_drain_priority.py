@@ -1,0 +1,54 @@
+"""The drain's niceness follows its load (agent/priority.py): the agent's own at a save's
+pace, DRAIN_NICE for every thread while a ring fills fast, its own again after CALM_S without;
+refused (no CAP_SYS_NICE), it stays where it was and says nothing. Real setpriority on this
+kernel, in a process of its own: niceness is per thread and the test's must not change."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from slotscope.agent.priority import CALM_S, DRAIN_NICE
+
+pytestmark = pytest.mark.live
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+# Prints each thread's niceness after each step: a save's pace, a storm, calm but not for
+# CALM_S yet, calm for CALM_S; a thread started while raised is followed too.
+SCRIPT = """
+import json, os, sys, threading
+from slotscope.agent.priority import CALM_S, DrainPriority
+stop = threading.Event()
+def thread():
+    t = threading.Thread(target=stop.wait); t.start(); return t
+threads = [thread()]
+p = DrainPriority()
+def nice():
+    return [os.getpriority(os.PRIO_PROCESS, 0)] + [os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threads]
+out = []
+p.follow(0.004, 1.0, 10.0); out.append(nice())            # 0.4% of a ring in a second
+p.follow(0.06, 0.04, 11.0); out.append(nice())            # 6% in 40 ms: full in 0.7 s
+threads.append(thread())
+p.follow(0.0, 0.02, 11.0 + CALM_S - 0.5); out.append(nice())
+p.follow(0.0, 0.02, 11.0 + CALM_S); out.append(nice())
+stop.set()
+print(json.dumps(out))
+"""
+
+
+def _steps(prefix=()):
+    res = subprocess.run([*prefix, sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and not res.stderr, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_raised_while_a_ring_fills_and_lowered_after_calm():
+    pace, storm, settling, calm = _steps()
+    assert pace == [0, 0]
+    assert storm == [DRAIN_NICE, DRAIN_NICE]
+    assert settling == [DRAIN_NICE] * 3          # the thread started meanwhile inherited it
+    assert calm == [0, 0, 0]
+
+
+def test_an_ordinary_user_keeps_its_niceness():
+    assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0, 0], [0, 0, 0]]
