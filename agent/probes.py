@@ -242,7 +242,7 @@ class ProbeGroup:
 
     def cflags(self, filters: Filters) -> list[str]:
         flags = [f"-D{ring.upper()}_{name}={value}"
-                 for ring, (_, pages, wake) in ring_sizes(self, filters.aggregate).items()
+                 for ring, (_, pages, wake) in ring_sizes(self, filters is not None and filters.aggregate).items()
                  for name, value in (("PAGES", pages), ("WAKE", wake))]
         flags += [f"-DHAVE_{ev}" for cat, ev in self.optional_tracepoints if kernel.tracepoint_exists(cat, ev)]
         flags += [f"-D{ev.upper()}_{names[0].upper()}={found}" for _, ev, names, found in self._fields_found()
