@@ -60,6 +60,10 @@ from vmrig.scenario import compare_rounds  # noqa: E402
 from vmrig.scenarios import NAMED  # noqa: E402
 
 GOAL = 0.97
+# run-scenario's hang detector, in the host's seconds: a block took 40 s of the guest's clock and
+# up to 180 s of the host's on this busy 2-core host (its default, 900 s for the scenario, killed
+# an 8-block run in its seventh block)
+SCENARIO_S, BLOCK_S = 600, 400
 # Issue 24's goals on the instruction clock, by agent and shift (2**shift ns an instruction).
 GOALS = {("watch", 0): 0.997, ("watch", 2): 0.99, ("record", 2): 0.985}
 
@@ -89,7 +93,8 @@ def run(out: Path, a) -> dict:
     args = option(NAMED["small_sync"], "--file-mb", a.file_mb)
     export_fs = a.export_fs or ("tmpfs" if a.clock == "icount" else "disk")
     cmd = [sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), "--kernel", a.kernel,
-           "--compare-agent", str(a.blocks), "--compare-repeat", str(a.repeat), "--export-fs", export_fs, *args]
+           "--compare-agent", str(a.blocks), "--compare-repeat", str(a.repeat), "--export-fs", export_fs,
+           "--timeout", str(SCENARIO_S + BLOCK_S * a.blocks * a.repeat), *args]
     if a.clock == "icount":
         cmd += ["--icount", str(a.icount_shift)]
     if a.agent_args:
