@@ -219,9 +219,9 @@ def make_link(spec):
 
 
 def metrics_nic(spec):
-    """--watch scraped by the host: the NIC of qemu's user-mode network (vmrig/vm.py metrics_nic: nothing reaches out
-    through it; the host reaches the metrics port alone) goes to the client namespace, where watch
-    serves its metrics, with the address the host forwards to."""
+    """--watch scraped by the host: the NIC of qemu's user-mode network (vmrig/vm.py metrics_nic:
+    nothing reaches out through it; the host reaches the metrics port alone) goes to the client
+    namespace, where watch serves its metrics, with the address the host forwards to."""
     addr = spec["metrics"].rpartition(":")[0]
     sh("ip", "link", "set", "eth0", "netns", "cli")
     sh(*CLI, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
