@@ -67,7 +67,7 @@ def cflags() -> list[str]:
 class Raw:
     """What one sweep read from the kernel's maps, as plain data (cumulative, as the kernel
     keeps them)."""
-    clients: list[int] = field(default_factory=list)     # RPC clients the kernel has seen (client_slots)
+    clients: list[int] = field(default_factory=list)     # RPC clients whose counts changed unmapped
     servers: dict[int, tuple] = field(default_factory=dict)   # index -> (in_use, backlog, in_use_acc,
                                                               #   backlog_acc, full_ns, full_since)
     rpcs: dict[tuple[int, str], dict] = field(default_factory=dict)   # (client, procedure) -> span ->
@@ -251,7 +251,7 @@ def read_maps(bpf, groups: list[str], processes: bool) -> Raw:
     when `processes` are wanted (it holds up to 16,384 of them: the longest to read)."""
     raw = Raw()
     if "sunrpc" in groups:
-        raw.clients = [k.value for k in bpf[b"client_slots"]]
+        raw.clients = [k.value for k in bpf[b"agg_unmapped"]]
         for k, v in bpf[b"agg_servers"].items():
             if v.in_use or v.backlog or v.in_use_acc or v.backlog_acc or v.full_ns or v.full_since:
                 raw.servers[k.value] = (v.in_use, v.backlog, v.in_use_acc, v.backlog_acc, v.full_ns, v.full_since)
@@ -282,7 +282,7 @@ def write_maps(bpf, writes: Writes) -> None:
             value.server = idx
             try:
                 server_of[ctypes.c_uint32(cid)] = value
-            except Exception:   # full (4096 clients, as client_slots): the client's counts go unsummed
+            except Exception:   # full (4096 clients): the client's counts go unsummed
                 pass
     if writes.marks:
         marks = bpf[b"agg_fds"]

@@ -6,9 +6,8 @@ constructors), the compile ~30 MiB more, and malloc keeps ~20 MiB the compile fr
 of it is used again while the programs run. Importing pyarrow and numpy touches tens of MiB of
 their libraries' pages likewise (libarrow's, the compute kernels' registration, libparquet's
 and substrait's, which pyarrow links), much of it never used again by the agent. After a
-burst of events, mimalloc (Arrow's pool) and malloc keep the pages freed for its tables:
-30-50 MiB after a write storm.
-bench/memory.py measures it all.
+burst of events, malloc keeps the pages freed for its tables (30-50 MiB after a write storm)
+until give_back. bench/memory.py measures it all.
 """
 from __future__ import annotations
 
@@ -36,10 +35,17 @@ def release_compiler() -> None:
         _libc.madvise(m.start, m.end - m.start, MADV_DONTNEED)
 
 
+def arrow_from_malloc() -> None:
+    """Arrow's buffers from malloc, not from mimalloc (its default pool): mimalloc gives pages
+    freed back to the kernel within milliseconds, so in a write storm every drain's tables
+    were made in fresh pages the kernel zeroed, 15% of the agent's CPU here (perf: clear_page).
+    malloc keeps them for the next drain, until give_back."""
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
 def give_back() -> None:
-    """The free memory the allocators keep, to the kernel: Arrow's pool (mimalloc purges
-    freed pages only as it allocates again) and malloc's. Costs 0.3-0.8 ms idle, up to
-    17 ms during a write storm (bench/memory.py's)."""
+    """The free memory the allocators keep, to the kernel: Arrow's pool and malloc's. Costs
+    0.3-0.8 ms idle, up to 17 ms during a write storm (bench/memory.py's)."""
     pa.default_memory_pool().release_unused()
     _malloc_trim()
 

@@ -85,14 +85,16 @@ def common_reason() -> str | None:
     return None
 
 
-def _kallsyms(names: set[str]) -> dict[str, int]:
-    """Addresses of kernel functions (root sees real ones; zeros mean hidden)."""
+def _kallsyms(names: set[str], module: str) -> dict[str, int]:
+    """Addresses of functions of `module`, or of the kernel where it is built in (root sees real
+    ones; zeros mean hidden). Another module's function of the same name is not taken."""
     found = {}
     try:
         with open("/proc/kallsyms") as f:
             for line in f:
                 parts = line.split()
-                if len(parts) >= 3 and parts[2] in names and parts[2] not in found:
+                if (len(parts) >= 3 and parts[2] in names and parts[2] not in found
+                        and parts[3:] in ([], [f"[{module}]"])):
                     addr = int(parts[0], 16)
                     if addr:
                         found[parts[2]] = addr
@@ -347,7 +349,9 @@ class SunrpcProbes(ProbeGroup):
 
     def cflags(self, filters: Filters) -> list[str]:
         flags = super().cflags(filters)
-        addrs = _kallsyms({"call_reserve", "call_transmit"})
+        # the steps rpc_task_run_action looks a task up at (bpf/sunrpc.c): the waits' starts, and
+        # the first steps of an attempt
+        addrs = _kallsyms({"call_reserve", "call_transmit", "call_start", "rpc_prepare_task"}, "sunrpc")
         if kernel.tracepoint_exists("sunrpc", "rpc_task_run_action"):
             flags += [f"-D{name.upper()}_ADDR={addr:#x}ULL" for name, addr in addrs.items()]
         return flags
@@ -505,6 +509,9 @@ class OwnerProbes(KprobeGroup):
                ("nfs_pgio_header", "args.context"), ("nfs_lock_context", "lockowner"),
                ("nfs_open_context", "flock_owner"))
     loses = "each WRITE's lock owner and open file (background writeback is attributed by inode and time)"
+
+    def cflags(self, filters: Filters) -> list[str]:
+        return [*super().cflags(filters), "-DNFS_OWNER_GROUP"]   # bpf/nfs.c: the WRITE's entry is there
 
 
 class XprtProbes(KprobeGroup):
@@ -727,7 +734,9 @@ class Loaded:
         """RPC tasks begun and not completed, as rpc_event records (complete = 0)."""
         if "rpc_ring" not in self.rings:
             return np.empty(0, RPC_EVENT.dtype)
-        records = [bytes(v)[: RPC_EVENT.dtype.itemsize] for v in self.bpf[b"rpc_tasks"].values()]
+        # bpf/sunrpc.c: a task's record is in the task_slots array (where `live`) or the rpc_tasks hash
+        slots = (v for _, v in self.bpf[b"task_slots"].items_lookup_batch() if v.hold.live)
+        records = [bytes(v)[: RPC_EVENT.dtype.itemsize] for v in (*slots, *self.bpf[b"rpc_tasks"].values())]
         return np.frombuffer(b"".join(records), RPC_EVENT.dtype) if records else np.empty(0, RPC_EVENT.dtype)
 
     def in_flight(self) -> tuple[np.ndarray, np.ndarray]:

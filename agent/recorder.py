@@ -12,6 +12,7 @@ from .attach_plan import compare
 from .decode import Decoder
 from .files import FileRegistry, mount_tables, traced_devs
 from .layouts import LOSS_COUNTERS, warm_up
+from .memory import arrow_from_malloc
 from .probes import (DRAIN_EVERY, Filters, SyscallProbes, ebpf_text, load_falling_back, raise_drain_priority,
                      runnable_groups)
 from .recording import QUIT, RecordError, RecordOptions, Recording, _filter_warnings, _monotonic_ns, empty
@@ -67,6 +68,7 @@ class Recorder(Recording):
         filters = self._filters()
         self.loaded, groups = load_falling_back(self.groups, filters, self.skipped, self._say)
         raise_drain_priority()      # after the compile and the traced command's fork, before any thread
+        arrow_from_malloc()
         self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}
         # What this kernel gave in place of what a group reads first: said once, kept in meta.json.
         self.fell_back = {g.name: g.fallbacks() for g in groups if g.fallbacks()}

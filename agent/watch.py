@@ -40,12 +40,8 @@ from .probes import DRAIN_EVERY, Filters
 from .recorder import Recorder
 from .recording import RecordError, RecordOptions, _refuse_traced_output
 from .triggers import REARM_S, Arming
+from .watch_defaults import AFTER_S, KEEP_BYTES, KEEP_S, MAX_DISK, PROCESS_CAP
 
-KEEP_S = 120.0              # --keep
-KEEP_BYTES = 32 << 20       # --keep-size: bytes held, compressed (see README: watch)
-AFTER_S = 10.0              # --after: seconds of rows after the trigger
-MAX_DISK = 1 << 30          # --max-disk
-PROCESS_CAP = 100           # --per-process's series
 # What the watch logs without -v: all but the status lines.
 LOGGED = ("watching", "incident", "stopped", "SIGHUP", "warning", "no incident", "--max-disk")
 STOP_WAIT = 60.0            # s a stop waits for an incident's writing and analysis

@@ -39,22 +39,97 @@ static __always_inline u64 wake_flags(int ring, u32 every, int urgent)
     return BPF_RB_NO_WAKEUP;
 }
 
+/* Direct-mapped tables: a record is looked for first at one index of an array, which the
+ * verifier inlines (a hash lookup costs ~150 instructions), and in a hash where another live
+ * record held that index when it was made. An index is taken with XADD and a read-back of the
+ * count (every kernel has XADD; compare-and-swap needs 5.12), so that two CPUs cannot both
+ * take it; its holder fills the record, then sets `live`. */
+struct slot_hold {
+    u32 claims;
+    u8 live;
+};
+
+static __always_inline int slot_take(struct slot_hold *h)
+{
+    if (h->live)
+        return 0;
+    __sync_fetch_and_add(&h->claims, 1);
+    if (*(volatile u32 *)&h->claims == 1)
+        return 1;
+    __sync_fetch_and_add(&h->claims, -1);   /* another CPU's record took it meanwhile */
+    return 0;
+}
+
+static __always_inline void slot_give_back(struct slot_hold *h)
+{
+    h->live = 0;
+    __sync_fetch_and_add(&h->claims, -1);
+}
+
 /* nfs_initiate_{write,commit,read} fire in the issuing thread just before it starts
  * the RPC task (rpc_execute -> rpc_task_begin, same thread): the nfs group leaves the
- * I/O here by thread id and the sunrpc group attaches it to the task. */
+ * I/O here by thread id and the sunrpc group attaches it to the task. The nfs_owner group's
+ * kprobe on nfs_initiate_write, which runs before that tracepoint, leaves the WRITE's lock
+ * owner and open file in the same entry (bpf/owners.c). Direct-mapped by thread id. */
 struct pending_io {
     u64 fileid;
     s64 offset;
+    u64 lock_owner;
+    u64 open_file;
     u32 count;
     u32 stable;
     u32 dev;
 };
+#define PENDING_SLOTS 4096
+struct pending_slot {
+    struct pending_io io;
+    u32 tid;
+    struct slot_hold hold;
+};
+BPF_ARRAY(pending_slots, struct pending_slot, PENDING_SLOTS);
 BPF_HASH(pending_io, u32, struct pending_io, 4096);
 
-/* The nfs_owner group's kprobe on nfs_initiate_write leaves the WRITE's lock owner and
- * open file here, by thread, for the same rpc_task_begin (bpf/owners.c). */
-struct pending_owner {
-    u64 lock_owner;
-    u64 open_file;
-};
-BPF_HASH(pending_owner, u32, struct pending_owner, 4096);
+static __always_inline struct pending_slot *pending_slot(u32 tid)
+{
+    u32 i = tid % PENDING_SLOTS;
+    struct pending_slot *s = pending_slots.lookup(&i);
+    return s && s->hold.live && s->tid == tid ? s : 0;
+}
+
+/* The thread's pending I/O, or 0. */
+static __always_inline struct pending_io *pending_find(u32 tid)
+{
+    struct pending_slot *s = pending_slot(tid);
+    if (s)
+        return &s->io;
+    return pending_io.lookup(&tid);
+}
+
+/* Leave `io` as the thread's pending I/O, in place of any it had. */
+static __always_inline void pending_put(u32 tid, struct pending_io *io)
+{
+    struct pending_slot *s = pending_slot(tid);
+    if (s) {
+        s->io = *io;
+        return;
+    }
+    u32 i = tid % PENDING_SLOTS;
+    s = pending_slots.lookup(&i);
+    if (s && slot_take(&s->hold)) {
+        s->io = *io;
+        s->tid = tid;
+        s->hold.live = 1;
+        return;
+    }
+    pending_io.update(&tid, io);
+}
+
+/* The thread's pending I/O is taken. */
+static __always_inline void pending_done(u32 tid)
+{
+    struct pending_slot *s = pending_slot(tid);
+    if (s)
+        slot_give_back(&s->hold);
+    else
+        pending_io.delete(&tid);
+}

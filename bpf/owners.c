@@ -12,7 +12,7 @@
  * files_struct, one owner_event per change (the user-space side joins the
  * pointers back to processes by time: pointers are reused after an exit).
  * nfs_initiate_write: the WRITE's lock owner and open file, left by thread for
- * rpc_task_begin (bpf/sunrpc.c), which follows in the same thread.
+ * rpc_task_begin (bpf/sunrpc.c), which follows in the same thread (common.h pending_io).
  *
  * These read struct members at this kernel's offsets (bpf/members.h).
  */
@@ -54,15 +54,14 @@ int kprobe__nfs_file_write(struct pt_regs *ctx, void *iocb)
 
 int kprobe__nfs_initiate_write(struct pt_regs *ctx, void *hdr)
 {
-    struct pending_owner o = {};
+    struct pending_io p = {};   /* the nfs group's tracepoint, which follows, adds the I/O */
     void *l, *c;
-    KREAD(l, hdr, NFS_PGIO_HEADER_ARGS_LOCK_CONTEXT);
-    KREAD(c, hdr, NFS_PGIO_HEADER_ARGS_CONTEXT);
+    KREAD2(l, NFS_PGIO_HEADER_ARGS_LOCK_CONTEXT, c, NFS_PGIO_HEADER_ARGS_CONTEXT, hdr);
     if (l)
-        KREAD(o.lock_owner, l, NFS_LOCK_CONTEXT_LOCKOWNER);
+        KREAD(p.lock_owner, l, NFS_LOCK_CONTEXT_LOCKOWNER);
     if (c)
-        KREAD(o.open_file, c, NFS_OPEN_CONTEXT_FLOCK_OWNER);
+        KREAD(p.open_file, c, NFS_OPEN_CONTEXT_FLOCK_OWNER);
     u32 tid = bpf_get_current_pid_tgid();
-    pending_owner.update(&tid, &o);
+    pending_put(tid, &p);
     return 0;
 }

@@ -15,6 +15,10 @@
  * pointer, compared with the addresses of call_reserve and call_transmit that
  * the agent reads from /proc/kallsyms (CALL_RESERVE_ADDR, CALL_TRANSMIT_ADDR).
  * Where they are missing (inlined), the sleep sums still give the waits.
+ * Of the ~14 steps of an RPC only those two and the first steps of an attempt
+ * (rpc_prepare_task, call_start: where a restarted task gets its fresh record)
+ * look the task up; the others return on the address compare (RUN_ACTION_FILTER:
+ * all four addresses known, else every step looks its task up).
  */
 
 #define SLEEP_NONE 0
@@ -41,10 +45,22 @@ struct client_slots {
 };
 
 
-/* LRU: a task that ends without an accounting record must not pin an entry forever. */
+/* The tasks followed, direct-mapped (common.h) by their key: a task is looked up ~12 times.
+ * Where another task held its slot, in the LRU hash, where a task that ends without an
+ * accounting record does not pin an entry forever (in the array it keeps its slot, and the
+ * tasks that map there go to the hash). */
+#define TASK_SLOTS 16384
+struct task_slot {
+    struct rpc_task_state st;
+    struct slot_hold hold;
+};
+BPF_ARRAY(task_slots, struct task_slot, TASK_SLOTS);
 BPF_TABLE("lru_hash", u64, struct rpc_task_state, rpc_tasks, 65536);
 BPF_RINGBUF_OUTPUT(rpc_ring, RPC_RING_PAGES);
-BPF_HASH(client_slots, u32, struct client_slots, 4096);
+/* By client id: the kernel hands out the lowest free one (an ida), so ids stay below the
+ * number of clients alive at once. An array, whose lookups the verifier inlines. */
+#define CLIENTS_MAX 16384
+BPF_ARRAY(client_slots, struct client_slots, CLIENTS_MAX);
 BPF_RINGBUF_OUTPUT(slot_ring, SLOT_RING_PAGES);
 
 #ifdef AGGREGATE
@@ -70,6 +86,9 @@ struct agg_client {
     u32 seeded;
 };
 BPF_HASH(agg_server_of, u32, struct agg_client, 4096);
+/* The clients whose counts changed before user space mapped them: what it maps at its next
+ * sweep (client_slots, an array, would list every id). */
+BPF_HASH(agg_unmapped, u32, u8, 4096);
 BPF_ARRAY(agg_servers, struct agg_server, AGG_SERVERS);
 
 static __always_inline void agg_slots(u32 client_id, struct client_slots *c, u8 what, s32 delta, s64 ts)
@@ -77,8 +96,11 @@ static __always_inline void agg_slots(u32 client_id, struct client_slots *c, u8 
     if (what != SLEEP_NONE && what != SLEEP_BACKLOG)
         return;
     struct agg_client *m = agg_server_of.lookup(&client_id);
-    if (!m)
+    if (!m) {
+        u8 one = 1;
+        agg_unmapped.update(&client_id, &one);
         return;
+    }
     u32 idx = m->server;
     struct agg_server *s = agg_servers.lookup(&idx);
     if (!s)
@@ -160,8 +182,7 @@ static __always_inline void agg_rpc(const struct rpc_event *ev, u64 rtt_us, u64 
 /* Change one occupancy counter of a client and emit the client's new state. */
 static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
 {
-    struct client_slots zero = {};
-    struct client_slots *c = client_slots.lookup_or_try_init(&client_id, &zero);
+    struct client_slots *c = client_slots.lookup(&client_id);
     if (!c)
         return;
     switch (what) {
@@ -198,15 +219,31 @@ static __always_inline u64 rpc_key(u32 client_id, u32 task_id)
     return ((u64)client_id << 32) | task_id;
 }
 
+/* A client's task ids are consecutive: they take consecutive slots, from a place that differs
+ * by client (Knuth's multiplicative hash of the client id). */
+static __always_inline struct task_slot *task_slot(u32 client_id, u32 task_id)
+{
+    u32 i = (client_id * 2654435761u + task_id) % TASK_SLOTS;
+    return task_slots.lookup(&i);
+}
+
+static __always_inline int holds(struct task_slot *s, u32 client_id, u32 task_id)
+{
+    return s->hold.live && s->st.ev.task_id == task_id && s->st.ev.client_id == client_id;
+}
+
 static __always_inline struct rpc_task_state *rpc_state(u32 client_id, u32 task_id)
 {
+    struct task_slot *s = task_slot(client_id, task_id);
+    if (s && holds(s, client_id, task_id))
+        return &s->st;
     u64 key = rpc_key(client_id, task_id);
     return rpc_tasks.lookup(&key);
 }
 
+/* A task's record, from its first step (or its restart's): 0 if the table is full. */
 static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_id, u16 flags)
 {
-    u64 key = rpc_key(client_id, task_id);
     struct rpc_task_state st = {};
     u64 id = bpf_get_current_pid_tgid();
     st.ev.ts_begin = bpf_ktime_get_ns();
@@ -217,26 +254,45 @@ static __always_inline struct rpc_task_state *rpc_begin(u32 client_id, u32 task_
     st.ev.task_flags = flags;
     st.ev.xprt_id = -1;  /* the xprt group fills it in at xprt_reserve */
     u32 tid = id;
-    struct pending_io *io = pending_io.lookup(&tid);
-    if (io) {  /* the WRITE/COMMIT/READ this thread just initiated */
+    struct pending_io *io = pending_find(tid);
+    if (io) {  /* the WRITE/COMMIT/READ this thread just initiated, and whose pages a WRITE sends */
         st.ev.fileid = io->fileid;
         st.ev.io_offset = io->offset;
         st.ev.io_count = io->count;
         st.ev.io_stable = io->stable;
         st.ev.io_dev = io->dev;
-        pending_io.delete(&tid);
+        st.ev.lock_owner = io->lock_owner;
+        st.ev.open_file = io->open_file;
+        pending_done(tid);
     }
-    struct pending_owner *o = pending_owner.lookup(&tid);
-    if (o) {  /* whose pages this WRITE sends */
-        st.ev.lock_owner = o->lock_owner;
-        st.ev.open_file = o->open_file;
-        pending_owner.delete(&tid);
+    struct task_slot *s = task_slot(client_id, task_id);
+    if (s && holds(s, client_id, task_id)) {   /* its own stale record (the id wrapped): replaced */
+        s->st = st;
+        return &s->st;
     }
+    if (s && slot_take(&s->hold)) {
+        s->st = st;
+        s->hold.live = 1;
+        return &s->st;
+    }
+    u64 key = rpc_key(client_id, task_id);
     if (rpc_tasks.update(&key, &st)) {
         count_loss(LOSS_RPC_TASKS_FULL);
         return 0;
     }
     return rpc_tasks.lookup(&key);
+}
+
+/* The task's attempt is accounted: its record is given up. */
+static __always_inline void rpc_end(u32 client_id, u32 task_id)
+{
+    struct task_slot *s = task_slot(client_id, task_id);
+    if (s && holds(s, client_id, task_id)) {
+        slot_give_back(&s->hold);
+        return;
+    }
+    u64 key = rpc_key(client_id, task_id);
+    rpc_tasks.delete(&key);
 }
 
 TRACEPOINT_PROBE(sunrpc, rpc_task_begin)
@@ -256,16 +312,26 @@ TRACEPOINT_PROBE(sunrpc, rpc_request)
     return 0;
 }
 
+#if defined(CALL_RESERVE_ADDR) && defined(CALL_TRANSMIT_ADDR) && defined(CALL_START_ADDR) && \
+    defined(RPC_PREPARE_TASK_ADDR)
+#define RUN_ACTION_FILTER
+#endif
+
 TRACEPOINT_PROBE(sunrpc, rpc_task_run_action)
 {
+#if defined(CALL_RESERVE_ADDR) || defined(CALL_TRANSMIT_ADDR)
+    u64 action = (u64)args->action;
+#endif
+#ifdef RUN_ACTION_FILTER
+    if (action != CALL_RESERVE_ADDR && action != CALL_TRANSMIT_ADDR && action != CALL_START_ADDR &&
+        action != RPC_PREPARE_TASK_ADDR)
+        return 0;
+#endif
     struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
     if (!st)  /* restarted after its accounting record */
         st = rpc_begin(args->client_id, args->task_id, args->flags);
     if (!st)
         return 0;
-#if defined(CALL_RESERVE_ADDR) || defined(CALL_TRANSMIT_ADDR)
-    u64 action = (u64)args->action;
-#endif
 #ifdef CALL_RESERVE_ADDR
     if (action == CALL_RESERVE_ADDR && !st->ev.ts_reserve_start)
         st->ev.ts_reserve_start = bpf_ktime_get_ns();
@@ -387,8 +453,7 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_end)
 /* Once per attempt, right after rpc_task_end, with the numbers mountstats adds up. */
 TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
 {
-    u64 key = rpc_key(args->client_id, args->task_id);
-    struct rpc_task_state *st = rpc_tasks.lookup(&key);
+    struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
     if (!st)
         return 0;
     struct rpc_event *e = rpc_ring.ringbuf_reserve(sizeof(struct rpc_event));
@@ -411,6 +476,6 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
 #endif
     if (st->has_slot)  /* the attempt is over: its slot is released */
         slots_change(args->client_id, SLEEP_NONE, -1);
-    rpc_tasks.delete(&key);
+    rpc_end(args->client_id, args->task_id);
     return 0;
 }

@@ -24,17 +24,15 @@ static __always_inline u32 xprt_ident(void *xprt)
 #endif
 }
 
-static __always_inline u32 task_client_id(void *task)
+static __always_inline u32 client_ident(void *clnt)
 {
-    void *clnt;
     u32 id = 0;
-    KREAD(clnt, task, RPC_TASK_TK_CLIENT);
     if (clnt)
         KREAD(id, clnt, RPC_CLNT_CL_CLID);
     return id;
 }
 
-static __always_inline void xprt_sample(void *xprt, u32 client_id, u8 alloc)
+static __always_inline void xprt_sample(void *xprt, u32 xprt_id, u32 client_id, u8 alloc)
 {
     struct xprt_event *e = xprt_ring.ringbuf_reserve(sizeof(struct xprt_event));
     if (!e) {
@@ -44,10 +42,8 @@ static __always_inline void xprt_sample(void *xprt, u32 client_id, u8 alloc)
     e->ts = bpf_ktime_get_ns();
     e->client_id = client_id;
     e->alloc = alloc;
-    e->xprt_id = xprt_ident(xprt);
-    KREAD(e->num_reqs, xprt, RPC_XPRT_NUM_REQS);
-    KREAD(e->max_reqs, xprt, RPC_XPRT_MAX_REQS);
-    KREAD(e->min_reqs, xprt, RPC_XPRT_MIN_REQS);
+    e->xprt_id = xprt_id;
+    KREAD3(e->num_reqs, RPC_XPRT_NUM_REQS, e->max_reqs, RPC_XPRT_MAX_REQS, e->min_reqs, RPC_XPRT_MIN_REQS, xprt);
     KREAD(e->backlog, xprt, RPC_XPRT_BACKLOG_QLEN);
     KREAD(e->sending, xprt, RPC_XPRT_SENDING_QLEN);
     KREAD(e->pending, xprt, RPC_XPRT_PENDING_QLEN);
@@ -58,24 +54,26 @@ static __always_inline void xprt_sample(void *xprt, u32 client_id, u8 alloc)
  * goes straight to the backlog without calling the allocator. */
 int kprobe__xprt_reserve(struct pt_regs *ctx, void *task)
 {
-    void *xprt;
-    KREAD(xprt, task, RPC_TASK_TK_XPRT);
+    void *xprt, *clnt;
+    u16 task_id;
+    KREAD3(xprt, RPC_TASK_TK_XPRT, clnt, RPC_TASK_TK_CLIENT, task_id, RPC_TASK_TK_PID, task);
     if (!xprt)
         return 0;
-    u32 client_id = task_client_id(task);
-    u16 task_id;
-    KREAD(task_id, task, RPC_TASK_TK_PID);
+    u32 client_id = client_ident(clnt);
+    u32 xprt_id = xprt_ident(xprt);
     struct rpc_task_state *st = rpc_state(client_id, task_id);
     if (st)
-        st->ev.xprt_id = xprt_ident(xprt);
-    xprt_sample(xprt, client_id, 1);
+        st->ev.xprt_id = xprt_id;
+    xprt_sample(xprt, xprt_id, client_id, 1);
     return 0;
 }
 
 int kprobe__xprt_free_slot(struct pt_regs *ctx, void *xprt, void *req)
 {
-    void *task;
+    void *task, *clnt = 0;
     KREAD(task, req, RPC_RQST_RQ_TASK);
-    xprt_sample(xprt, task ? task_client_id(task) : 0, 0);
+    if (task)
+        KREAD(clnt, task, RPC_TASK_TK_CLIENT);
+    xprt_sample(xprt, xprt_ident(xprt), client_ident(clnt), 0);
     return 0;
 }

@@ -460,6 +460,8 @@ def _demo(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from slotscope.agent import watch_defaults as wd
+    from slotscope.agent.triggers import REARM_S, described
     from slotscope.capture.meta import slotscope_version
     p = argparse.ArgumentParser(prog="slotscope", description="Why does the checkpoint save stall on NFS?",
                                 epilog=EPILOG)
@@ -517,22 +519,24 @@ def parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("--out", metavar="DIR", help="where incidents are written (local disk; created 0700 if "
                                                  "missing); required but with --ebpf")
-    w.add_argument("--keep", type=positive_seconds, default=120.0, metavar="SECONDS",
-                   help="seconds of rows kept in memory (default 120)")
-    w.add_argument("--keep-size", type=size, default=32 << 20, metavar="SIZE",
-                   help="and at most this many bytes of them (LZ4-compressed; default 32M): the oldest go first")
-    w.add_argument("--after", type=positive_seconds, default=10.0, metavar="SECONDS",
-                   help="seconds of rows after the trigger that the incident holds too (default 10)")
+    w.add_argument("--keep", type=positive_seconds, default=wd.KEEP_S, metavar="SECONDS",
+                   help=f"seconds of rows kept in memory (default {wd.KEEP_S:g})")
+    w.add_argument("--keep-size", type=size, default=wd.KEEP_BYTES, metavar="SIZE",
+                   help=f"and at most this many bytes of them (LZ4-compressed; default {wd.KEEP_BYTES >> 20}M): "
+                        "the oldest go first")
+    w.add_argument("--after", type=positive_seconds, default=wd.AFTER_S, metavar="SECONDS",
+                   help=f"seconds of rows after the trigger that the incident holds too (default {wd.AFTER_S:g})")
     w.add_argument("--trigger", action="append", default=[], metavar="NAME=VALUE",
                    help="change a trigger's value, or NAME=off (see the list below)")
-    w.add_argument("--rearm", type=positive_seconds, default=60.0, metavar="SECONDS",
-                   help="seconds a trigger's condition must stay false before it fires again (default 60)")
-    w.add_argument("--max-disk", type=size, default=1 << 30, metavar="SIZE",
-                   help="incidents take at most this much disk; the oldest are removed (default 1G)")
+    w.add_argument("--rearm", type=positive_seconds, default=REARM_S, metavar="SECONDS",
+                   help=f"seconds a trigger's condition must stay false before it fires again (default {REARM_S:g})")
+    w.add_argument("--max-disk", type=size, default=wd.MAX_DISK, metavar="SIZE",
+                   help=f"incidents take at most this much disk; the oldest are removed (default {wd.MAX_DISK >> 30}G)")
     w.add_argument("--metrics", metavar="ADDR:PORT", help="serve OpenMetrics/Prometheus metrics at "
                                                          "http://ADDR:PORT/metrics")
-    w.add_argument("--per-process", type=positive_int, nargs="?", const=100, default=0, metavar="CAP",
-                   help="also per-process metrics (pid, comm, rank) for at most CAP processes (default 100)")
+    w.add_argument("--per-process", type=positive_int, nargs="?", const=wd.PROCESS_CAP, default=0, metavar="CAP",
+                   help=f"also per-process metrics (pid, comm, rank) for at most CAP processes "
+                        f"(default {wd.PROCESS_CAP})")
     _filter_arguments(w)
     w.add_argument("-v", "--verbose", action="store_true", help="a status line every 5 s")
     w.add_argument("--ebpf", action="store_true",
@@ -641,7 +645,6 @@ def parser() -> argparse.ArgumentParser:
     p.epilog = f"{EPILOG} {EXIT_STATUS}."
     for name, command in sub.choices.items():
         command.epilog = EXIT_STATUS + (RECORD_EXIT if name == "record" else "") + "."
-    from slotscope.agent.triggers import described
     w.epilog = "triggers (--trigger NAME=VALUE; NAME=off turns one off):\n" + "".join(
         f"  {name:<15} default {default:<4} {doc}\n" for name, default, doc in described()) + "\n" + w.epilog
     return p

@@ -119,7 +119,8 @@ NAMED = {
     # healthy save. The storm: ranks 0-7, 4 KiB O_SYNC writes on 2 slots over a 20 ms round trip
     # (make-sample's storm), 256 KiB each; its slot table stays full for seconds (tasks wait on
     # xprt_backlog throughout but at its start and end), so slot_full_s=1 fires within it.
-    # --after 12 keeps the storm's rest in the incident. The healthy save: rank 8, 16 MiB in 256 KiB
+    # --after 30 keeps the storm's rest in the incident: it took 7 s on a quiet host, 13 s (past
+    # an --after 12) at load 3. The healthy save: rank 8, 16 MiB in 256 KiB
     # O_SYNC writes (one WRITE each, one in flight: nothing waits for a slot), 11 s (more than
     # save_gap_s) after the storm ended and watch has written and analysed its incident; --rearm 2
     # has slot_full_s armed again by then, so a saturated second save would make a second incident.
@@ -128,7 +129,7 @@ NAMED = {
     # saves, which the test finds in the scrapes, would not be scraped at all).
     "watched": ["--nfs-vers", "3", "--slots", "2", "--delay-ms", "10", "--ranks", "9", "--write-size", "4096",
                 "--mode", "osync", "--file-mb", "0.25", "--rank-override", "8:write-size=262144,file-mb=16,after-s=11",
-                "--watch", "--agent-args", "--trigger slot_full_s=1 --after 12 --rearm 2"],
+                "--watch", "--agent-args", "--trigger slot_full_s=1 --after 30 --rearm 2"],
     # 4 KiB O_SYNC writes; the server drops all traffic for 25 s after 1 s. A short
     # timeo makes the client log "not responding" (and "OK") within the freeze.
     "frozen": ["--nfs-vers", "3", "--ranks", "2", "--write-size", "4096", "--mode", "osync", "--file-mb", "0.5",
