@@ -3,9 +3,11 @@
 BCC compiles the programs inside this process with clang and LLVM, which libbcc links:
 importing bcc maps them and touches ~55 MiB of their pages (relocations, static
 constructors), the compile ~30 MiB more, and malloc keeps ~20 MiB the compile freed. None
-of it is used again while the programs run. After a burst of events, malloc keeps the pages
-freed for its tables (30-50 MiB after a write storm) until give_back. bench/memory.py
-measures it all.
+of it is used again while the programs run. Importing pyarrow and numpy touches tens of MiB of
+their libraries' pages likewise (libarrow's, the compute kernels' registration, libparquet's
+and substrait's, which pyarrow links), much of it never used again by the agent. After a
+burst of events, malloc keeps the pages freed for its tables (30-50 MiB after a write storm)
+until give_back. bench/memory.py measures it all.
 """
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 def release_compiler() -> None:
     """Once the probes are loaded: give back the heap malloc kept, and drop from this process
-    the pages of the compiler's libraries that are plain copies of their files (MADV_DONTNEED,
-    as BCC's own bcc_free_memory does for a libbcc linked into the program): were the compiler
-    to run again (it does not before the unload), they would be read again from the page
-    cache. Mappings a library wrote to (its relocated data) are left as they are."""
+    the pages of its libraries that are plain copies of their files (MADV_DONTNEED, as BCC's
+    own bcc_free_memory does for a libbcc linked into the program): the compiler's, which does
+    not run again before the unload, and the others', of which the agent then uses a part (the
+    pages it touches again are mapped again from the page cache, where they all stay, shared).
+    Mappings a library wrote to (its relocated data) are left as they are."""
     _malloc_trim()
     for m in file_copies():
         _libc.madvise(m.start, m.end - m.start, MADV_DONTNEED)
@@ -78,6 +81,7 @@ def mappings(pid: int | str = "self") -> list[Mapping]:
 
 
 def file_copies() -> list[Mapping]:
-    """The compiler libraries' read-only mappings without a page of their own (none Anonymous):
-    each page is the file's, and nothing can write one before the madvise."""
-    return [m for m in mappings() if COMPILER.search(m.path) and "w" not in m.perms and m.kb.get("Anonymous") == 0]
+    """The read-only mappings of files (libraries, the interpreter) without a page of their own
+    (none Anonymous): each page is the file's, and nothing can write one before the madvise."""
+    return [m for m in mappings() if m.path.startswith("/") and not m.path.startswith("/dev/")
+            and "w" not in m.perms and m.kb.get("Anonymous") == 0]

@@ -115,6 +115,21 @@ def wake_every(layout: Layout, pages: int) -> int:
     return max(1, pages * PAGE // record_size(layout) // (8 * (os.cpu_count() or 1)))
 
 
+# watch's rings are record's over 2**WATCH_RING_SHIFT: a ring's pages are all resident (the
+# kernel maps it whole), 37.5 MiB of record's with the NFS groups. The kernel still forces a
+# wakeup after as many events as in record (an eighth of record's ring, half of watch's), so
+# that at a save's pace watch drains no more often than record (each drain builds every
+# table: forced wakeups were once the agent's largest cost in the VM bench); in a storm half
+# a ring is left for the drain's latency, and the drain keeps at it while a ring is BUSY_FILL full.
+WATCH_RING_SHIFT = 2
+
+
+def ring_sizes(group: "ProbeGroup", watch: bool) -> dict[str, tuple[Layout, int, int]]:
+    """A group's rings as loaded: ring -> (layout, pages, wake_every)."""
+    shift = WATCH_RING_SHIFT if watch else 0
+    return {ring: (layout, pages >> shift, wake_every(layout, pages)) for ring, (layout, pages) in group.rings.items()}
+
+
 @dataclass
 class Filters:
     """What the kernel side filters on (the rest is decided in user space)."""
@@ -122,7 +137,7 @@ class Filters:
     cgroup: str | None = None                        # cgroup v2 directory
     devs: frozenset[int] | None = None               # stats of other devices are dropped (files.traced_devs)
     prefixes: tuple[str, ...] = ()                   # --path: calls plainly outside them are dropped
-    aggregate: bool = False                          # watch's in-kernel aggregates (aggregates.py)
+    aggregate: bool = False                          # watch's in-kernel aggregates (aggregates.py), rings (ring_sizes)
 
 
 PATH_PREFIXES_MAX = 4   # the kernel drops calls outside at most this many --path prefixes; beyond, user space
@@ -166,7 +181,7 @@ class ProbeGroup:
     name = ""
     description = ""
     source = ""                              # bpf/<source>
-    rings: dict[str, tuple[Layout, int]] = {}  # ring -> (layout, pages, a power of two)
+    rings: dict[str, tuple[Layout, int]] = {}  # ring -> (layout, pages, a power of two): record's (ring_sizes)
     streams: tuple[Stream, ...] = ()
     needs = ""                               # the group this one loads with, if any
     required: list[tuple[str, str]] = []
@@ -212,8 +227,9 @@ class ProbeGroup:
                    for cat, ev in self.optional_tracepoints if not kernel.tracepoint_exists(cat, ev)])
 
     def cflags(self, filters: Filters) -> list[str]:
-        flags = [f"-D{ring.upper()}_{name}={value}" for ring, (layout, pages) in self.rings.items()
-                 for name, value in (("PAGES", pages), ("WAKE", wake_every(layout, pages)))]
+        flags = [f"-D{ring.upper()}_{name}={value}"
+                 for ring, (_, pages, wake) in ring_sizes(self, filters is not None and filters.aggregate).items()
+                 for name, value in (("PAGES", pages), ("WAKE", wake))]
         flags += [f"-DHAVE_{ev}" for cat, ev in self.optional_tracepoints if kernel.tracepoint_exists(cat, ev)]
         flags += [f"-D{ev.upper()}_{names[0].upper()}={found}" for _, ev, names, found in self._fields_found()
                   if found]
@@ -555,7 +571,7 @@ def load(groups: list[ProbeGroup], filters: Filters) -> "Loaded":
 
     text, cflags = program(groups, filters)
     bpf = BPF(text=text.encode(), cflags=cflags)
-    loaded = Loaded(bpf, groups)
+    loaded = Loaded(bpf, groups, watch=filters.aggregate)
     for tgid in filters.tgids:
         loaded.trace_tgid(tgid)
     for dev in filters.devs or ():
@@ -600,14 +616,14 @@ def load_falling_back(groups: list[ProbeGroup], filters: Filters, skipped: dict[
 class Loaded:
     """The running program: its rings, loss counters and fd-ignore marks."""
 
-    def __init__(self, bpf, groups: list[ProbeGroup]):
+    def __init__(self, bpf, groups: list[ProbeGroup], watch: bool = False):
         from bcc.libbcc import lib
         self.bpf = bpf
         self._lib = lib
         self.groups = [g.name for g in groups]
         self.syscalls = next((g.available_syscalls() for g in groups if isinstance(g, SyscallProbes)), [])
         self.rings = {name: RingReader(bpf[name.encode()].map_fd, pages * PAGE, layout)
-                      for g in groups for name, (layout, pages) in g.rings.items()}
+                      for g in groups for name, (layout, pages, _) in ring_sizes(g, watch).items()}
         self._loss = bpf[b"loss"]
         self._fd_gen = self._fd_ignore = None
         self._fdinfo: dict[str, int] | None = None    # our programs' fdinfo files (program_runtime)

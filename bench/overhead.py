@@ -5,16 +5,18 @@ The small-sync-write scenario (tests/vm/vmrig/scenarios.py "small_sync": NFSv3, 
 of 4 KiB O_SYNC writes, 10 ms RTT, no slot limit) runs its writers again and again in
 the same boot, each round into its own files: an unmeasured warm-up round, then
 --blocks times a block of --repeat rounds without the agent and one with `slotscope
-record`, and a last block without. Each agent start (BCC's compile takes ~25 s under
+record` (--agent watch: `slotscope watch`, its metrics scraped from inside the guest every
+15 s), and a last block without. Each agent start (BCC's compile takes ~25 s under
 TCG) is followed by an unmeasured save: the ranks started before the agent, which
 learns of them at their first write (as it would at their start, running first).
 A round's figure is its bytes per second (all ranks' bytes / the slowest rank's wall
 time). Each agent block is set against the mean of the baseline blocks before and after
 it, so that a drifting machine speed cancels; the result is the geometric mean of these
-ratios with a 95% interval over the blocks, and the goal (at least 97%) is met or not
-only when the interval says so. Needs root and the VM rig (qemu; tests/vm/README.md).
+ratios with a 95% interval over the blocks, and the goal (goal(): issue 24's for the agent
+and clock, else 97%) is met or not only when the interval says so. Needs root and the VM rig
+(qemu; tests/vm/README.md).
 
-    sudo .venv/bin/python bench/overhead.py [--blocks 8] [--repeat 1] [--file-mb 0.5]
+    sudo .venv/bin/python bench/overhead.py [--agent record|watch] [--blocks 8] [--repeat 1] [--file-mb 0.5]
                                             [--clock icount|wall] [--icount-shift 0] [--json] [--out DIR]
 
 The clock (under TCG; with KVM the guest runs on the real one):
@@ -33,7 +35,9 @@ The clock (under TCG; with KVM the guest runs on the real one):
   other processes used meanwhile.
 
 Per round it also shows the guest's CPU use and, with the agent, the agent process's
-user+system CPU and its BPF programs' run time during the writers: where the cost goes.
+user+system CPU and its BPF programs' run time during the writers (where the cost goes),
+its resident memory at the round's end (its BPF ring pages count), and with watch the
+incidents it opened during the round (small_sync should open none).
 """
 from __future__ import annotations
 
@@ -56,6 +60,16 @@ from vmrig.scenario import compare_rounds  # noqa: E402
 from vmrig.scenarios import NAMED  # noqa: E402
 
 GOAL = 0.97
+# run-scenario's hang detector, in the host's seconds: a block took 40 s of the guest's clock and
+# up to 180 s of the host's on this busy 2-core host (its default, 900 s for the scenario, killed
+# an 8-block run in its seventh block)
+SCENARIO_S, BLOCK_S = 600, 400
+# Issue 24's goals on the instruction clock, by agent and shift (2**shift ns an instruction).
+GOALS = {("watch", 0): 0.997, ("watch", 2): 0.99, ("record", 2): 0.985}
+
+
+def goal(agent: str, clock: str, shift: int) -> float:
+    return GOALS.get((agent, shift), GOAL) if clock == "icount" else GOAL
 
 
 def option(args, name, value):
@@ -79,25 +93,28 @@ def run(out: Path, a) -> dict:
     args = option(NAMED["small_sync"], "--file-mb", a.file_mb)
     export_fs = a.export_fs or ("tmpfs" if a.clock == "icount" else "disk")
     cmd = [sys.executable, str(VM_DIR / "run-scenario"), "--out", str(out), "--kernel", a.kernel,
-           "--compare-agent", str(a.blocks), "--compare-repeat", str(a.repeat), "--export-fs", export_fs, *args]
+           "--compare-agent", str(a.blocks), "--compare-repeat", str(a.repeat), "--export-fs", export_fs,
+           "--timeout", str(SCENARIO_S + BLOCK_S * a.blocks * a.repeat), *args]
     if a.clock == "icount":
         cmd += ["--icount", str(a.icount_shift)]
     if a.agent_args:
         cmd += ["--agent-args", a.agent_args]
+    if a.agent == "watch":
+        cmd.append("--watch")
     busy0, ours0 = host_cpu()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
     busy1, ours1 = host_cpu()
     if p.returncode != 0:
         raise SystemExit(f"overhead: the scenario failed:\n{p.stderr[-3000:]}")
     rec = json.loads((out / "scenario.json").read_text())
-    meta = json.loads((out / "capture" / "meta.json").read_text())   # the last agent block's capture
-    rec["bpf_programs"] = meta["probes"].get("runtime", {})
+    meta = out / "capture" / "meta.json"     # the last agent block's capture (watch writes none)
+    rec["bpf_programs"] = json.loads(meta.read_text())["probes"].get("runtime", {}) if meta.exists() else {}
     # the VM (qemu) is our child: what else kept the host's cores busy meanwhile
     rec["host_other_cpu_s"] = round(max(0.0, (busy1 - busy0) - (ours1 - ours0)), 1)
     return rec
 
 
-def summarize(rec: dict) -> dict:
+def summarize(rec: dict, goal: float = GOAL) -> dict:
     rounds = rec["rounds"]
     per_round = rec["expected_bytes"] // compare_rounds(rec["spec"])   # every save writes as much
     cpus = rec.get("cpus", 2)
@@ -113,6 +130,8 @@ def summarize(rec: dict) -> dict:
             "agent_cpu_pct": round(100 * (u.get("agent_user_ns", 0) + u.get("agent_sys_ns", 0)) / 1e9 / secs, 1)
             if r["agent"] else None,
             "agent_bpf_s": round(u.get("agent_bpf_ns", 0) / 1e9, 3) if r["agent"] else None,
+            "agent_rss_mib": round(r["agent_rss_bytes"] / 2**20, 1) if "agent_rss_bytes" in r else None,
+            "incidents_opened": r.get("incidents_opened"),
         })
     base = [r["bytes_per_s"] for r in rows if not r["agent"]]
     mean_base = statistics.fmean(base)
@@ -121,13 +140,19 @@ def summarize(rec: dict) -> dict:
     ratios = block_ratios(rows)
     ratio = math.exp(statistics.fmean(math.log(x) for x in ratios))
     interval = log_interval(ratios)
+    rss = [r["agent_rss_mib"] for r in rows if r["agent_rss_mib"] is not None]
     return {
+        "agent": "watch" if rec["spec"].get("watch") else "record",
         "scenario": rec["options"], "kernel": rec["kernel"], "accel": rec["accel"],
         "clock": rec.get("clock", "wall"), "cpus": cpus, "export_fs": rec["spec"]["export_fs"], "rounds": rows,
         "block_ratios": [round(x, 4) for x in ratios], "ratio": round(ratio, 4),
         "interval95": interval and [round(x, 4) for x in interval],
         "baseline_spread": [round(min(base) / mean_base, 3), round(max(base) / mean_base, 3)],
-        "goal": GOAL, "meets_goal": None if interval is None or interval[0] < GOAL <= interval[1] else interval[0] >= GOAL,
+        "goal": goal,
+        "meets_goal": None if interval is None or interval[0] < goal <= interval[1] else interval[0] >= goal,
+        "agent_rss_max_mib": max(rss, default=None),
+        "incidents_opened": sum(r["incidents_opened"] or 0 for r in rows),
+        "scrapes": rec.get("scrapes"),
         "vm_seconds": rec["host_seconds"]["vm"], "host_other_cpu_s": rec.get("host_other_cpu_s"),
         "bpf_programs": programs(rec.get("bpf_programs", {})),
     }
@@ -178,16 +203,19 @@ def log_interval(ratios: list[float]) -> tuple[float, float] | None:
 
 
 def show(s: dict) -> str:
-    lines = [f"small-sync writes, {s['kernel']} ({s['accel']}, clock {s['clock']}, {s['cpus']} vCPU, export on "
+    lines = [f"small-sync writes, `slotscope {s['agent']}`, {s['kernel']} ({s['accel']}, clock {s['clock']}, "
+             f"{s['cpus']} vCPU, export on "
              f"{s['export_fs']}), one VM boot of {s['vm_seconds']} s; "
              f"other processes used {s['host_other_cpu_s']} CPU s of the host meanwhile",
              f"{'round':<10} {'agent':>5} {'bytes':>9} {'save s':>7} {'MiB/s':>7} {'vs base':>7} "
-             f"{'guest busy':>10} {'agent CPU':>15} {'BPF s':>6}"]
+             f"{'guest busy':>10} {'agent CPU':>15} {'BPF s':>6} {'RSS MiB':>7}"]
     for r in s["rounds"]:
         cpu = "" if r["agent_cpu_s"] is None else f"{r['agent_cpu_s']:.2f} s {r['agent_cpu_pct']:>3.0f}%"
         lines.append(f"{r['label']:<10} {'yes' if r['agent'] else 'no':>5} {r['bytes']:>9} {r['wall_s']:>7.2f} "
                      f"{r['bytes_per_s'] / 2**20:>7.3f} {r['vs_baseline']:>7.3f} {r['guest_busy_pct']:>9.1f}% "
-                     f"{cpu:>15} {'' if r['agent_bpf_s'] is None else r['agent_bpf_s']:>6}")
+                     f"{cpu:>15} {'' if r['agent_bpf_s'] is None else r['agent_bpf_s']:>6} "
+                     f"{'' if r['agent_rss_mib'] is None else r['agent_rss_mib']:>7}"
+                     + (f"  {r['incidents_opened']} incident(s) opened" if r["incidents_opened"] else ""))
     progs = s["bpf_programs"]
     if progs:
         lines.append(f"the agent's BPF programs over its last block, the costliest {min(12, len(progs))} of "
@@ -203,7 +231,14 @@ def show(s: dict) -> str:
     lines.append(f"throughput with the agent: {100 * s['ratio']:.1f}% of the baseline (geometric mean over blocks"
                  + (f"; 95% interval {100 * interval[0]:.1f}-{100 * interval[1]:.1f}%" if interval else "") +
                  f"); baseline rounds ranged {100 * lo:.0f}-{100 * hi:.0f}% of their mean; "
-                 f"goal {100 * s['goal']:.0f}%: {verdict}")
+                 f"goal {100 * s['goal']:g}%: {verdict}")
+    lines.append(f"the agent's resident memory at the end of its rounds: at most {s['agent_rss_max_mib']} MiB")
+    if s["agent"] == "watch":
+        scrapes = s["scrapes"] or {"ok": 0, "failed": []}
+        lines.append(f"watch opened {s['incidents_opened']} incident(s) during the measured rounds; its metrics "
+                     f"were scraped {scrapes['ok']} times"
+                     + (f", {len(scrapes['failed'])} failed (the first: {scrapes['failed'][0]})" if scrapes["failed"]
+                        else ""))
     return "\n".join(lines)
 
 
@@ -214,7 +249,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="rounds per block")
     ap.add_argument("--file-mb", type=float, default=0.5, help="MiB each rank writes per round")
     ap.add_argument("--kernel", choices=tuple(KERNELS), default="6.1")
-    ap.add_argument("--agent-args", default="", help="extra arguments for `slotscope record`")
+    ap.add_argument("--agent", choices=("record", "watch"), default="record", help="the agent's command")
+    ap.add_argument("--agent-args", default="", help="extra arguments for the agent's command")
     ap.add_argument("--clock", choices=("icount", "wall"), default="icount",
                     help="the guest's clock under TCG: instruction counting on one vCPU (default), or the "
                          "host's real time on two (see above)")
@@ -231,7 +267,7 @@ def main() -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="slotscope-overhead-") as tmp:
             rec = run(Path(tmp) / "s", a)
-    s = summarize(rec)
+    s = summarize(rec, goal(a.agent, a.clock, a.icount_shift))
     print(json.dumps(s, indent=2) if a.json else show(s))
     return 0
 

@@ -13,9 +13,9 @@ static __always_inline void count_loss(int idx)
 /* Events are submitted without waking the agent: it drains every ring on its own cadence
  * (DRAIN_EVERY in agent/probes.py), far cheaper than a wakeup per event. It is woken early
  * when an event cannot wait (`urgent`: a new program, to identify before it exits) or
- * after `every` events on this CPU (<RING>_WAKE: an eighth of the ring over all CPUs), so
- * that it drains before the ring overflows. The agent waits with epoll, edge-triggered:
- * only these forced wakeups end its wait. */
+ * after `every` events on this CPU (<RING>_WAKE: an eighth of record's ring over all CPUs,
+ * half of watch's: agent/probes.py ring_sizes), so that it drains before the ring overflows.
+ * The agent waits with epoll, edge-triggered: only these forced wakeups end its wait. */
 BPF_PERCPU_ARRAY(unwoken, u32, NRINGS);
 BPF_PERCPU_ARRAY(woken, u64, NRINGS);     /* forced wakeups per ring: what they cost, seen from user space */
 

@@ -87,3 +87,26 @@ def test_qemu_runs_one_vcpu_on_the_instruction_clock():
     assert opt(wall, "-smp") == [str(CPUS)] and opt(wall, "-icount") == []
     counted = qemu_command(FakeImage(), "6.1", "tcg", "/tmp/c", [], icount=2)
     assert opt(counted, "-smp") == ["1"] and opt(counted, "-icount") == ["shift=2,sleep=off"]
+
+
+def test_the_goal_is_issue_24s_for_the_agent_and_clock():
+    assert overhead.goal("watch", "icount", 0) == 0.997 and overhead.goal("watch", "icount", 2) == 0.99
+    assert overhead.goal("record", "icount", 2) == 0.985
+    assert overhead.goal("record", "icount", 0) == overhead.goal("watch", "wall", 0) == overhead.GOAL
+
+
+def test_the_benchs_watch_is_scraped_in_the_guest_and_a_scenarios_by_the_host():
+    """--watch with --compare-agent (bench/overhead.py --agent watch) is accepted, and needs neither
+    the metrics NIC nor the host's Prometheus, nor a boot of its own; a watched scenario has all three."""
+    from vmrig.scenario import check, metrics_spec, own_boot, parser, spec_of
+
+    def spec(*args):
+        ap = parser()
+        a = ap.parse_args(["--out", "/nonexistent", "--watch", *args])
+        check(ap, a)
+        return spec_of(a)
+    bench, watched = spec("--compare-agent", "2"), spec()
+    assert metrics_spec(bench) == {"metrics": "127.0.0.1:9465", "scrape_s": 15, "metrics_nic": False}
+    assert not own_boot(bench)
+    assert metrics_spec(watched)["metrics_nic"] and own_boot(watched)
+    assert metrics_spec(spec_of(parser().parse_args(["--out", "/nonexistent"]))) == {}

@@ -49,3 +49,21 @@ def test_overhead_bench_reports_both_figures(vm_image, tmp_path):
     # warm-up, the three rounds, and the agent's first save after its start
     assert rec["server_bytes"] == rec["expected_bytes"] == 5 * 8 * 2**18
     assert (tmp_path / "s" / "capture" / "meta.json").exists()
+    assert agent["agent_rss_mib"] > 0 and res["agent_rss_max_mib"] == agent["agent_rss_mib"]
+
+
+def test_overhead_bench_runs_watch(vm_image, tmp_path):
+    """--agent watch: the agent block runs `slotscope watch`, its metrics scraped from inside the
+    guest; its resident memory is reported, and the incidents it opened (none in small_sync)."""
+    p = subprocess.run([sys.executable, str(REPO / "bench/overhead.py"), "--agent", "watch", "--blocks", "1",
+                        "--file-mb", "0.25", "--json", "--out", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=1500, check=False)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["agent"] == "watch" and res["goal"] == 0.997
+    agent = next(r for r in res["rounds"] if r["agent"])
+    assert all(r["all_bytes"] for r in res["rounds"])
+    assert agent["agent_bpf_s"] > 0 and agent["agent_rss_mib"] > 0
+    assert agent["incidents_opened"] == 0 and res["incidents_opened"] == 0
+    assert res["scrapes"]["ok"] >= 1 and res["scrapes"]["failed"] == []
+    assert not (tmp_path / "s" / "capture").exists()   # watch writes incidents, not a capture

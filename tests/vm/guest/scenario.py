@@ -146,7 +146,7 @@ def install_project():
 @timed("modules")
 def load_modules(spec):
     for m in ("sunrpc", "nfsd", "nfs", "nfsv3", "nfsv4", "veth", "sch_netem", "sch_tbf",
-              *(["virtio_net"] if spec.get("nodes", 1) > 1 or spec.get("watch") else [])):
+              *(["virtio_net"] if spec.get("nodes", 1) > 1 or spec.get("metrics_nic") else [])):
         sh("modprobe", m)
 
 
@@ -211,7 +211,7 @@ def make_link(spec):
     sh(*CLI, "ip", "addr", "add", f"{CLIENT}/24", "dev", "veth1")
     sh(*CLI, "ip", "link", "set", "veth1", "up")
     sh(*CLI, "ip", "link", "set", "lo", "up")
-    if spec.get("watch"):
+    if spec.get("metrics_nic"):
         metrics_nic(spec)
     if spec.get("nodes", 1) > 1:    # node 1 forwards between its client and node 2
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
@@ -219,9 +219,9 @@ def make_link(spec):
 
 
 def metrics_nic(spec):
-    """--watch: the NIC of qemu's user-mode network (vmrig/vm.py metrics_nic: nothing reaches out
-    through it; the host reaches the metrics port alone) goes to the client namespace, where watch
-    serves its metrics, with the address the host forwards to."""
+    """--watch scraped by the host: the NIC of qemu's user-mode network (vmrig/vm.py metrics_nic:
+    nothing reaches out through it; the host reaches the metrics port alone) goes to the client
+    namespace, where watch serves its metrics, with the address the host forwards to."""
     addr = spec["metrics"].rpartition(":")[0]
     sh("ip", "link", "set", "eth0", "netns", "cli")
     sh(*CLI, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
@@ -387,10 +387,13 @@ ARROW_SCALAR = {"ARROW_USER_SIMD_LEVEL": "NONE"}
 class Agent:
     """`slotscope record` in the client namespace; ready once it says "recording to" the
     capture wanted. With `path` holding {n}, next() ends the capture and starts the next. With
-    --watch, `slotscope watch` serving its metrics at the address the host forwards to: ready once
-    it says "watching"; it opens, writes and analyses incidents in INCIDENTS on its own."""
+    --watch, `slotscope watch` serving its metrics at spec["metrics"]: ready once it says
+    "watching"; it opens, writes and analyses incidents in INCIDENTS on its own. Metrics the host
+    does not scrape (the overhead bench's) are scraped from here, every spec["scrape_s"], while
+    it runs."""
 
     def __init__(self, spec, path=CAPTURE):
+        self.spec, self.scraper = spec, None
         self.log = open(RESULTS / "agent.log", "w")     # copied into each scenario's results
         self.path, self.number = str(path), 1
         if spec.get("watch"):
@@ -446,8 +449,17 @@ class Agent:
         if self.watching:
             self._wait(lambda: any(" slotscope: watching (" in line for line in self.lines), timeout, "watching",
                        "'watching'")
+            if not self.spec.get("metrics_nic"):
+                self.scraper = subprocess.Popen(
+                    [*CLI, VENV_PY, str(RANKS_CODE / "scrape.py"), f"http://{self.spec['metrics']}/metrics",
+                     str(self.spec["scrape_s"])], stdout=subprocess.PIPE, text=True)
         else:
             self._wait_recording(timeout, "recording")
+
+    def opened(self):
+        """How many incidents watch has said it opened."""
+        with self.said:
+            return sum(" opened: " in line for line in self.lines)
 
     def wait_incidents(self, timeout):
         """--watch: until no incident is open: each one it said it opened has been written and
@@ -471,6 +483,12 @@ class Agent:
 
     @timed("agent_stop")
     def stop(self, timeout, how=signal.SIGINT):
+        """Stop it (and the scraper: -> its scrapes, {"ok": n, "failed": [what each failure said]})."""
+        scrapes = None
+        if self.scraper is not None:
+            self.scraper.terminate()
+            said = self.scraper.communicate(timeout=30)[0].splitlines()
+            scrapes = {"ok": said.count("ok"), "failed": [line for line in said if line != "ok"]}
         self.proc.send_signal(how)
         try:
             rc = self.proc.wait(timeout)
@@ -479,6 +497,7 @@ class Agent:
             raise ScenarioError(f"agent still running {timeout} s after {how.name}:\n{self.tail()}") from None
         if rc != 0:
             raise ScenarioError(f"agent {exit_status(rc)}:\n{self.tail()}")
+        return scrapes
 
 
 def rank_params(spec, rank):
@@ -770,6 +789,11 @@ class Usage:
     def since(self, before):
         return {k: v - before[k] for k, v in self.read().items()}
 
+    def agent_rss(self):
+        """The agent's resident memory now, bytes (stat's rss: its mapped BPF ring pages count)."""
+        stat = os.pread(self.agent_stat, 4096, 0).rsplit(b")", 1)[1].split()
+        return int(stat[21]) * os.sysconf("SC_PAGE_SIZE")
+
     def close(self):
         for fd in [self.stat, *([self.agent_stat] if self.agent_stat is not None else []), *self.progs]:
             os.close(fd)
@@ -830,33 +854,47 @@ def compare_agent(spec):
     _, used = save(procs, spec, "warmup", no_agent)
     log(f"warm-up round: {used['seconds']} s")
 
-    def block(k, meter, agent):
+    def block(k, meter, agent=None):
         time.sleep(SETTLE_S)
         for j in range(1, spec.get("compare_repeat", 1) + 1):
             label = f"{'agent' if agent else 'base'}-{k}.{j}"
+            opened = agent.opened() if agent else 0
             ranks, used = save(procs, spec, label, meter)
-            rounds.append(round_record(label, agent, ranks, used))
+            rounds.append(round_record(label, bool(agent), ranks, used))
+            if agent:
+                rounds[-1]["agent_rss_bytes"] = meter.agent_rss()
+                if agent.watching:
+                    rounds[-1]["incidents_opened"] = agent.opened() - opened
             log(f"round {label}: {rounds[-1]['bytes_per_s'] / 2**20:.3f} MiB/s")
             time.sleep(1)
 
+    scrapes = {"ok": 0, "failed": []}
     for k in range(1, spec["compare_agent"] + 1):
-        block(k, no_agent, False)
+        block(k, no_agent)
         shutil.rmtree(CAPTURE, ignore_errors=True)
         agent = Agent(spec)
         agent.wait_ready(spec["agent_start_timeout"])
         meter = Usage(agent)
         _, used = save(procs, spec, f"agent-{k}.warmup", meter)
         log(f"agent warm-up round: {used['seconds']} s")
-        block(k, meter, True)
+        block(k, meter, agent)
         meter.close()
-        agent.stop(spec["agent_stop_timeout"])
-    block(spec["compare_agent"] + 1, no_agent, False)
+        if agent.watching:      # an incident it opened is written (and analysed) before the next block
+            agent.wait_incidents(spec["agent_stop_timeout"])
+        scraped = agent.stop(spec["agent_stop_timeout"])
+        if scraped:
+            scrapes["ok"] += scraped["ok"]
+            scrapes["failed"] += scraped["failed"]
+    block(spec["compare_agent"] + 1, no_agent)
     no_agent.close()
     for p in procs.values():
         p.stdin.close()
         p.wait(timeout=60)
-    shutil.copytree(CAPTURE, OUT / "capture")  # the last agent block's
-    return rounds
+    if spec.get("watch"):
+        shutil.copytree(INCIDENTS, OUT / "incidents", dirs_exist_ok=True)
+    else:
+        shutil.copytree(CAPTURE, OUT / "capture")  # the last agent block's
+    return rounds, (scrapes if spec.get("watch") and not spec.get("metrics_nic") else None)
 
 
 @timed("clock_step")
@@ -877,7 +915,7 @@ def run_one(spec, agent):
         if spec.get("ftrace") and node_of(spec) == 1:    # the server's VM
             ftrace_start(spec["ftrace"])
         if spec.get("compare_agent"):
-            result["rounds"] = compare_agent(spec)
+            result["rounds"], result["scrapes"] = compare_agent(spec)
             result["ranks"], result["freeze_window_s"] = result["rounds"][-1]["ranks"], None
         else:
             if spec["agent"]:

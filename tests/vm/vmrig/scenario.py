@@ -114,7 +114,9 @@ def parser():
                     help="the agent is `slotscope watch --out INCIDENTS --fs nfs --metrics ADDR:PORT` (a boot of its "
                          "own): its incidents are copied to OUT/incidents, and its metrics, served through a "
                          "user-mode NIC restricted to one port forwarded from the host's 127.0.0.1, are scraped "
-                         "every second for the boot's life by Prometheus on the host (TSDB in OUT/prometheus)")
+                         "every second for the boot's life by Prometheus on the host (TSDB in OUT/prometheus); "
+                         "with --compare-agent, served on the client namespace's loopback and scraped from "
+                         "inside the guest every 15 s, as a fleet's Prometheus would (no NIC, no Prometheus)")
     ap.add_argument("--no-agent", action="store_true", help="run without the agent")
     ap.add_argument("--agent-user", metavar="USER",
                     help="run the agent and the ranks as this ordinary user (created in the guest, uid 1000, "
@@ -195,9 +197,9 @@ def check(ap, a):
     late = {rank for rank, fields in a.rank_override if "after_s" in fields}
     if len(late) == a.ranks or (late and (a.compare_agent is not None or a.nodes > 1)):
         ap.error("--rank-override after-s: some ranks must start at once; not with --compare-agent or --nodes 2")
-    if a.watch and (a.no_agent or a.compare_agent is not None or a.nodes > 1 or a.agent_user or a.client):
-        ap.error("--watch: the agent watches one node's writers as root: no --no-agent, --compare-agent, --nodes 2, "
-                 "--agent-user or --client")
+    if a.watch and (a.no_agent or a.nodes > 1 or a.agent_user or a.client):
+        ap.error("--watch: the agent watches one node's writers as root: no --no-agent, --nodes 2, --agent-user "
+                 "or --client")
 
 
 def spec_of(a):
@@ -310,7 +312,7 @@ def run(a):
 def boot_key(spec):
     """What scenarios sharing a boot must have in common: one export and one agent (and its
     user) serve them all, and the overhead mode runs its own agents; a boot of two nodes is a
-    pair of VMs, a watching boot has the metrics' NIC and Prometheus (each runs one scenario:
+    pair of VMs, a watching boot may have the metrics' NIC and Prometheus (each runs one scenario:
     own_boot)."""
     return (spec["export_fs"], spec.get("disk_ms"), spec["agent"], tuple(spec["agent_args"]), spec.get("agent_user"),
             spec["compare_agent"], spec.get("nodes", 1), spec.get("doctor_load"), spec.get("watch"))
@@ -318,8 +320,30 @@ def boot_key(spec):
 
 def own_boot(spec):
     """A scenario that a boot runs alone: a pair of VMs (node 2's guest has no reset), or watch
-    (its agent is not handed from scenario to scenario, and the boot's Prometheus data is its own)."""
-    return spec.get("nodes", 1) > 1 or bool(spec.get("watch"))
+    scraped by the host (its agent is not handed from scenario to scenario, and the boot's
+    Prometheus data is its own)."""
+    return spec.get("nodes", 1) > 1 or host_scraped(spec)
+
+
+def host_scraped(spec):
+    """Whether a watching agent's metrics go through the metrics NIC to a Prometheus on the host.
+    Not the overhead bench's (--compare-agent): it needs neither, the guest scrapes them itself."""
+    return bool(spec.get("watch")) and not spec.get("compare_agent")
+
+
+# The overhead bench's watch serves its metrics on the client namespace's loopback, scraped from
+# inside the guest at a fleet Prometheus's usual interval (its cost is the agent's serving).
+BENCH_METRICS, BENCH_SCRAPE_S = "127.0.0.1:9465", 15
+
+
+def metrics_spec(spec):
+    """What a guest's spec adds for a watching agent: where it serves its metrics, how often they
+    are scraped, and whether by the host through the metrics NIC."""
+    if not spec.get("watch"):
+        return {}
+    if host_scraped(spec):
+        return {"metrics": "%s:%d" % GUEST_METRICS, "scrape_s": prom.SCRAPE_S, "metrics_nic": True}
+    return {"metrics": BENCH_METRICS, "scrape_s": BENCH_SCRAPE_S, "metrics_nic": False}
 
 
 def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
@@ -352,9 +376,7 @@ def _job_share(pending, node):
     shutil.copytree(VM_DIR / "guest", share / "guest")
     shutil.copy(VM_DIR / "guest/job.sh", share / "job")
     (share / "specs.json").write_text(json.dumps(
-        [{"name": n, "spec": {**s, "node": node, **({"metrics": "%s:%d" % GUEST_METRICS, "scrape_s": prom.SCRAPE_S}
-                                                     if s.get("watch") else {})}}
-         for n, s, _ in pending], indent=2))
+        [{"name": n, "spec": {**s, "node": node, **metrics_spec(s)}} for n, s, _ in pending], indent=2))
     (share / "out").mkdir()
     return share
 
@@ -439,7 +461,7 @@ def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
     boot_id = f"{kernel}-{share.name}"
     failure = rc = None
     vm_seconds = 0.0
-    scrape = Scrape(pending[0][2]) if pending[0][1].get("watch") else None     # own_boot: the one scenario
+    scrape = Scrape(pending[0][2]) if host_scraped(pending[0][1]) else None     # own_boot: the one scenario
 
     def run(share, watch, net=()):
         return run_vm(image, kernel, share, share / "console.log", boot_budget + scenario_budget * len(pending),
