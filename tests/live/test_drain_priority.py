@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from slotscope.agent.priority import CALM_S, DRAIN_NICE
+from slotscope.agent.priority import DRAIN_NICE
 
 pytestmark = pytest.mark.live
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
