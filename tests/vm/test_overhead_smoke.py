@@ -2,6 +2,7 @@
 without and with the agent and reports both figures and their ratio, on the guest clock
 the bench chose. The ratio's value is not checked here: timings do not belong in a test."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,10 @@ def test_overhead_bench_reports_both_figures(vm_image, tmp_path):
     assert agent["agent_rss_mib"] > 0 and res["agent_rss_max_mib"] == agent["agent_rss_mib"]
 
 
+# A boot of its own, ~230 s of VM: past the hour .ci/run keeps to (tests/vm/README.md, the plan),
+# so run by hand (SLOTSCOPE_VM_WATCH_BENCH=1) when the bench or the guest's watch harness changes.
+@pytest.mark.skipif(not os.environ.get("SLOTSCOPE_VM_WATCH_BENCH"),
+                    reason="by hand: SLOTSCOPE_VM_WATCH_BENCH=1 (a boot of its own, ~230 s)")
 def test_overhead_bench_runs_watch(vm_image, tmp_path):
     """--agent watch: the agent block runs `slotscope watch`, its metrics scraped from inside the
     guest; its resident memory is reported, and the incidents it opened (none in small_sync)."""
