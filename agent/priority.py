@@ -26,9 +26,8 @@ def filling(fill: float, elapsed: float) -> bool:
 
 
 class DrainPriority:
-    def __init__(self, raised: int = DRAIN_NICE):
+    def __init__(self):
         self.base = os.getpriority(os.PRIO_PROCESS, 0)
-        self.raised_nice = raised
         self.raised = False
         self.allowed = True     # False once refused (no CAP_SYS_NICE, as in a container)
         self._busy_at = 0.0
@@ -38,7 +37,7 @@ class DrainPriority:
         if filling(fill, elapsed):
             self._busy_at = now
             if not self.raised and self.allowed:
-                self.raised = self.allowed = _renice(self.raised_nice)
+                self.raised = self.allowed = _renice(DRAIN_NICE)
         elif self.raised and now - self._busy_at >= CALM_S:
             _renice(self.base)
             self.raised = False
