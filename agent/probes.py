@@ -706,6 +706,9 @@ class Loaded:
     def ignore_fd(self, tgid: int, fd: int, gen: int | None) -> None:
         """Stop events for (tgid, fd) while it holds generation `gen`. gen=None is an fd
         opened before tracing began: it is marked only if no open/close happened since.
+        A generation the fd has left is not marked: the mark would replace the one the
+        kernel's --path filter set for the fd's newer file, and that file's calls, never
+        named (its open was dropped in the kernel), would all come up as unnamed rows.
         Straight to libbpf: every file any process opens off the traced filesystems comes
         here once, and BCC's item assignment cost several times the update itself."""
         key = ctypes.c_uint64((tgid << 32) | (fd & 0xFFFFFFFF))
@@ -715,6 +718,11 @@ class Loaded:
                                          BPF_NOEXIST):
                 return
             gen = 1
+        else:
+            current = ctypes.c_uint64()
+            if self._lib.bpf_lookup_elem(self._fd_gen, ctypes.byref(key), ctypes.byref(current)) == 0 \
+                    and current.value != gen:
+                return
         self._lib.bpf_update_elem(self._fd_ignore, ctypes.byref(key), ctypes.byref(ctypes.c_uint64(gen)), BPF_ANY)
 
     def trace_tgid(self, tgid: int) -> None:

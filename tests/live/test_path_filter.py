@@ -50,3 +50,30 @@ def test_calls_outside_the_prefix_stay_in_the_kernel(tmp_path):
     # space without the filter; what is left is the interpreter's start-up and the traced files'
     assert totals["events"] < UNTRACED, totals
     assert sum(totals["lost"].values()) == 0
+
+
+REUSED = """
+import os, sys, time
+base = sys.argv[1]
+dfd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)   # above the prefix: user space sees it, ignores its fd
+os.close(dfd)
+fd = os.open(f"{base}/other/g", os.O_WRONLY | os.O_CREAT, 0o600)   # the same fd, dropped in the kernel
+assert fd == dfd
+time.sleep(2.5)                 # the agent's drains mark the directory's fd, a generation it has left
+for i in range({n}):
+    os.write(fd, b"x")
+""".replace("{n}", str(UNTRACED))
+
+
+def test_a_mark_for_an_fd_s_earlier_file_does_not_undo_the_kernel_s(tmp_path):
+    """User space marks an untraced fd with the generation it saw opened; when the kernel has
+    since skipped the fd's next file (opened outside the prefix), that mark must not replace
+    the kernel's: every write to the new file would come up, unnamed."""
+    (tmp_path / "traced").mkdir()
+    (tmp_path / "other").mkdir()
+    cap = tmp_path / "cap"
+    res = slotscope("record", "-q", "--path", str(tmp_path / "traced"), "-o", str(cap), "--",
+                    sys.executable, "-c", REUSED, str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    totals = json.loads((cap / "meta.json").read_text())["totals"]
+    assert totals["unnamed_fd_rows"] < UNTRACED // 10, totals
