@@ -1,6 +1,8 @@
 """watch's memory and disk: the flight recorder's bounds, --max-disk's pruning on real files,
 and the metrics served from real rows and the kernel's sweeps (more in test_watch_aggregates)."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -161,6 +163,7 @@ def test_metrics_from_rows_and_sweeps(tmp_path):
     from slotscope.agent.aggregates import Sweep
     dev = os.stat(tmp_path).st_dev
     path = str(tmp_path / "f")
+    proc_dev = os.stat("/proc").st_dev
     m = Metrics(per_process=True, process_cap=1)
     mount = m.mount_of(dev, path)
     m.observe("procs", pa.Table.from_pylist([{"ts": 0, "tgid": 5, "comm": "rank0", "rank": 0}], schema=PROCS))
@@ -171,6 +174,10 @@ def test_metrics_from_rows_and_sweeps(tmp_path):
     m.observe("syscall", _syscalls([
         {"syscall": "write", "latency_ns": 50_000, "bytes": 4096, "tgid": 5, "dev": dev, "path": path},
         {"syscall": "openat", "latency_ns": 2_000_000, "bytes": None, "tgid": 5, "dev": dev, "path": path},
+        {"syscall": "openat", "latency_ns": 2_200_000, "bytes": None, "tgid": 5, "dev": dev, "path": path},
+        # a device's first row without a path: its mount is found from the next
+        {"syscall": "statx", "latency_ns": 300_000_000, "bytes": None, "tgid": 6, "dev": proc_dev, "path": None},
+        {"syscall": "statx", "latency_ns": 1_000, "bytes": None, "tgid": 6, "dev": proc_dev, "path": "/proc/self"},
     ]))
     m.observe("loss", pa.table({"counter": ["sys_ring"], "lost": pa.array([7], pa.uint64())}))
     m.incident("blocked_s")
@@ -181,19 +188,44 @@ def test_metrics_from_rows_and_sweeps(tmp_path):
     assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="5",{write}}}']) == 2
     assert float(lines[f'slotscope_syscall_duration_seconds_count{{{write}}}']) == 2     # the row's not again
     assert float(lines[f'slotscope_syscall_duration_seconds_sum{{{write}}}']) == pytest.approx(3.00005)
-    assert float(lines[f'slotscope_syscall_duration_seconds_count{{mount="{mount}",syscall="openat"}}']) == 1
+    assert float(lines[f'slotscope_syscall_duration_seconds_count{{mount="{mount}",syscall="openat"}}']) == 2
     assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="0.0025",mount="{mount}",syscall="openat"}}']) \
-        == 1
+        == 2
+    assert float(lines[f'slotscope_syscall_duration_seconds_sum{{mount="{mount}",syscall="openat"}}']) == \
+        pytest.approx(0.0042)
+    statx = 'mount="/proc",syscall="statx"'
+    assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="0.0001",{statx}}}']) == 1
+    assert float(lines[f'slotscope_syscall_duration_seconds_bucket{{le="0.5",{statx}}}']) == 2
     assert float(lines[f'slotscope_written_bytes_total{{mount="{mount}"}}']) == 4196
     # the cap: one process of its own, the other summed as "other"; its open's time from the row
     assert float(lines['slotscope_process_written_bytes_total{comm="rank0",pid="5",rank="0"}']) == 4096
     assert float(lines['slotscope_process_written_bytes_total{comm="",pid="other",rank=""}']) == 100
     assert float(lines['slotscope_process_blocked_seconds_total{comm="rank0",pid="5",rank="0"}']) \
-        == pytest.approx(0.00225)
+        == pytest.approx(0.00445)
+    assert float(lines['slotscope_process_blocked_seconds_total{comm="",pid="other",rank=""}']) \
+        == pytest.approx(3.300001)
     assert float(lines['slotscope_lost_events_total{counter="sys_ring"}']) == 7
     assert float(lines['slotscope_incidents_total{trigger="blocked_s"}']) == 1
     assert float(lines["slotscope_agent_resident_memory_bytes"]) > 1 << 20
     assert mount == "/" or path.startswith(mount)
+
+
+def test_metrics_leave_arrow_s_query_engine_unloaded():
+    """Grouping with Arrow (Table.group_by) loads its query engine and with it the dataset
+    and filesystem modules, S3's too: ~13 MiB of a daemon meant to stay small."""
+    code = """
+import sys, pyarrow as pa
+from slotscope.agent.metrics import Metrics
+m = Metrics(per_process=True)
+m.observe("loss", pa.table({"counter": ["sys_ring", "sys_ring"], "lost": pa.array([7, 2], pa.uint64())}))
+m.observe("syscall", pa.table({"syscall": ["openat", "statx"], "latency_ns": [1, 2], "tgid": [5, 5],
+                               "dev": [0, 0], "path": ["/", None]}))
+print(m._lost["sys_ring"], sorted(n for n in sys.modules if n.startswith("pyarrow._")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    lost, modules = out.split(" ", 1)
+    assert lost == "9"
+    assert "_acero" not in modules and "_dataset" not in modules and "_fs" not in modules, modules
 
 
 @pytest.mark.parametrize("text", ["9465", "host:", "host:0", "host:99999", "host:port"])
