@@ -9,6 +9,11 @@ up to 90 ms, a batch's copy took 200 ms), and the kernel's events were lost, not
 while a ring fills fast enough to be full within FILL_HORIZON_S, every thread of the agent
 runs at DRAIN_NICE, as auditd raises its own (priority_boost); its work is bounded by the
 events, so under contention the traced processes give way to their own trace.
+
+A storm's first wakeup finds no history to follow: watch's rings, a quarter of record's, are full
+~30 ms after the kernel asks for a drain, and a thread at nice 0 waited longer than that for a
+CPU here. So the draining thread sleeps at DRAIN_NICE (it runs at once when woken) and goes back
+to its own niceness for a drain at a save's pace: two setpriority calls a drain.
 """
 from __future__ import annotations
 
@@ -32,8 +37,14 @@ class DrainPriority:
         self.allowed = True     # False once refused (no CAP_SYS_NICE, as in a container)
         self._busy_at = 0.0
 
+    def sleeping(self) -> None:
+        """Before the draining thread waits: it wakes at DRAIN_NICE."""
+        if self.allowed and not self.raised:
+            self.allowed = _renice_thread(DRAIN_NICE)
+
     def follow(self, fill: float, elapsed: float, now: float) -> None:
-        """Before a drain: the fullest ring's `fill`, `elapsed` s after the last drain."""
+        """Before a drain, in the draining thread: the fullest ring's `fill`, `elapsed` s after
+        the last drain."""
         if filling(fill, elapsed):
             self._busy_at = now
             if not self.raised and self.allowed:
@@ -41,6 +52,8 @@ class DrainPriority:
         elif self.raised and now - self._busy_at >= CALM_S:
             _renice(self.base)
             self.raised = False
+        elif not self.raised and self.allowed:
+            _renice_thread(self.base)
 
 
 def _renice(nice: int) -> bool:
@@ -52,4 +65,13 @@ def _renice(nice: int) -> bool:
             continue
         except PermissionError:
             return False
+    return True
+
+
+def _renice_thread(nice: int) -> bool:
+    """The calling thread alone to `nice`. -> whether allowed."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except PermissionError:
+        return False
     return True

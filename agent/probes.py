@@ -688,6 +688,7 @@ class Loaded:
         kernel's request, because a ring is filling, or a wake_on fd is readable."""
         if self.fill() >= BUSY_FILL:
             return True
+        self.priority.sleeping()
         time.sleep(min(DRAIN_MIN, longest))
         return self.asked(max(0.0, longest - DRAIN_MIN))
 

@@ -1,6 +1,7 @@
-"""The drain's niceness follows its load (agent/priority.py): the agent's own at a save's
-pace, DRAIN_NICE for every thread while a ring fills fast, its own again after CALM_S without;
-refused (no CAP_SYS_NICE), it stays where it was and says nothing. Real setpriority on this
+"""The drain's niceness follows its load (agent/priority.py): the draining thread sleeps at
+DRAIN_NICE and drains at the agent's own niceness at a save's pace, every thread is at DRAIN_NICE
+while a ring fills fast, at its own again after CALM_S without; refused (no CAP_SYS_NICE), it
+stays where it was and says nothing. Real setpriority on this
 kernel, in a process of its own: niceness is per thread and the test's must not change."""
 import json
 import subprocess
@@ -13,8 +14,8 @@ from slotscope.agent.priority import DRAIN_NICE
 pytestmark = pytest.mark.live
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
-# Prints each thread's niceness after each step: a save's pace, a storm, calm but not for
-# CALM_S yet, calm for CALM_S; a thread started while raised is followed too.
+# Prints each thread's niceness after each step: asleep, a save's pace, a storm, calm but not
+# for CALM_S yet, calm for CALM_S, asleep again; a thread started while raised is followed too.
 SCRIPT = """
 import json, os, sys, threading
 from slotscope.agent.priority import CALM_S, DrainPriority
@@ -26,11 +27,13 @@ p = DrainPriority()
 def nice():
     return [os.getpriority(os.PRIO_PROCESS, 0)] + [os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threads]
 out = []
+p.sleeping(); out.append(nice())
 p.follow(0.004, 1.0, 10.0); out.append(nice())            # 0.4% of a ring in a second
 p.follow(0.06, 0.04, 11.0); out.append(nice())            # 6% in 40 ms: full in 0.7 s
 threads.append(thread())
 p.follow(0.0, 0.02, 11.0 + CALM_S - 0.5); out.append(nice())
 p.follow(0.0, 0.02, 11.0 + CALM_S); out.append(nice())
+p.sleeping(); out.append(nice())
 stop.set()
 print(json.dumps(out))
 """
@@ -43,12 +46,14 @@ def _steps(prefix=()):
 
 
 def test_raised_while_a_ring_fills_and_lowered_after_calm():
-    pace, storm, settling, calm = _steps()
+    asleep, pace, storm, settling, calm, asleep_again = _steps()
+    assert asleep == [DRAIN_NICE, 0]            # the draining thread alone
     assert pace == [0, 0]
     assert storm == [DRAIN_NICE, DRAIN_NICE]
     assert settling == [DRAIN_NICE] * 3          # the thread started meanwhile inherited it
     assert calm == [0, 0, 0]
+    assert asleep_again == [DRAIN_NICE, 0, 0]
 
 
 def test_an_ordinary_user_keeps_its_niceness():
-    assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0, 0], [0, 0, 0]]
+    assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
