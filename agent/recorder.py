@@ -66,6 +66,8 @@ class Recorder(Recording):
     def _attach(self) -> None:
         filters = self._filters()
         self.loaded, groups = load_falling_back(self.groups, filters, self.skipped, self._say)
+        if self.opts.bpf_stats:
+            self.loaded.measure_programs()
         arrow_from_malloc()
         self.attached = {g.name: (self.loaded.syscalls if isinstance(g, SyscallProbes) else True) for g in groups}
         # What this kernel gave in place of what a group reads first: said once, kept in meta.json.

@@ -78,6 +78,7 @@ def _watch(args) -> int:
                         group_readable=args.group_readable, status=args.verbose, keep=args.keep,
                         keep_size=args.keep_size, after=args.after, triggers=triggers, rearm=args.rearm,
                         max_disk=args.max_disk, metrics=args.metrics, per_process=args.per_process,
+                        bpf_stats=args.bpf_stats,
                         saves=saves)
     try:
         if args.ebpf:
@@ -537,6 +538,10 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--per-process", type=positive_int, nargs="?", const=wd.PROCESS_CAP, default=0, metavar="CAP",
                    help=f"also per-process metrics (pid, comm, rank) for at most CAP processes "
                         f"(default {wd.PROCESS_CAP})")
+    w.add_argument("--bpf-stats", action="store_true",
+                   help="turn the kernel's BPF statistics on while watching (kernel.bpf_stats_enabled), so that "
+                        "an incident's agent table says how long our programs ran; the switch slows every BPF "
+                        "program on the machine a little, which record accepts for its minutes and a daemon should not")
     _filter_arguments(w)
     w.add_argument("-v", "--verbose", action="store_true", help="a status line every 5 s")
     w.add_argument("--ebpf", action="store_true",
