@@ -257,6 +257,7 @@ def test_force_over_a_killed_recording_does_not_fail_on_its_leftovers(tmp_path, 
     old.append("syscall", syscall_table([sc(1, ts=1)]))
     clock.t += cw.SEGMENT_SECONDS
     old.tick()
+    old.flusher.wait()      # segment 1 on disk: a killed agent's flusher writes nothing after the kill
     # killed while writing its second segment
     with open(os.path.join(path, "syscall", ".000002.arrow.partial"), "wb") as f:
         f.write(ARROW_MAGIC)
