@@ -22,7 +22,9 @@
  * With --path (FILTER_PATHS), a path-taking call whose paths are plainly outside every
  * prefix is dropped here, and an fd it opens is skipped from then on: on a busy host every
  * process's opens and stats would otherwise fill the path ring, to be thrown away in user
- * space (PATH_RELATED, agent/probes.py path_filter_flags).
+ * space (PATH_RELATED, agent/probes.py path_filter_flags). So is a call whose relative path
+ * starts from a directory fd whose open was dropped so (fd_unrelated): a tree's removal
+ * (rm -rf, Python's rmtree) unlinks every file by name relative to its directory's fd.
  */
 
 typedef int rwf_t;  /* pwritev2's format names it; the headers BCC uses lack it */
@@ -296,6 +298,20 @@ static __always_inline int untraced_stat(struct inflight *in, long ret)
 #ifdef FILTER_PATHS
 struct path_buf { u64 w[PATH_MAX_CAPTURED / 8]; };
 BPF_PERCPU_ARRAY(path_scratch, struct path_buf, 1);
+BPF_TABLE("lru_hash", u64, u64, fd_unrelated, 16384);     /* fd -> the generation whose open was dropped */
+
+/* Whether dfd names a directory opened by a call the filter dropped, in that same generation. */
+static __always_inline int unrelated_dir(u32 tgid, s32 dfd)
+{
+    if (dfd == AT_FDCWD_VAL)
+        return 0;
+    u64 key = fd_key(tgid, dfd);
+    u64 *mark = fd_unrelated.lookup(&key);
+    if (!mark)
+        return 0;
+    u64 *gen = fd_gen.lookup(&key);
+    return gen && *gen == *mark;
+}
 
 #define BYTES(c) ((c) * 0x0101010101010101ULL)
 /* 0x80 in each byte of x that is zero, 0 elsewhere (exact: no carry from byte to byte). */
@@ -306,11 +322,13 @@ static __always_inline u64 zero_bytes(u64 x)
 }
 
 /* Whether user space would find the path outside every --path prefix and not above one (a
- * directory an *at call may start from): absolute, complete and already normal (no "//", no
- * "/." that os.path.normpath could fold, no trailing "/"), and PATH_RELATED false. Any other
- * path is user space's to decide. Eight bytes at a time, without a branch per byte: a
+ * directory an *at call may start from): complete and already normal (no "//", no "/." that
+ * os.path.normpath could fold, no trailing "/"), and either absolute with PATH_RELATED false,
+ * or relative to an unrelated_dir and not starting with "." (nothing under a directory outside
+ * every prefix and above none is under a prefix, unless ".." leads out). Any other path is
+ * user space's to decide. Eight bytes at a time, without a branch per byte: a
  * byte-by-byte loop was refused by 5.10's verifier, and unrolled took seconds to verify. */
-static __always_inline int unrelated_path(u64 uptr)
+static __always_inline int unrelated_path(u64 uptr, u32 tgid, s32 dfd)
 {
     u32 zero = 0;
     struct path_buf *b = path_scratch.lookup(&zero);
@@ -321,7 +339,10 @@ static __always_inline int unrelated_path(u64 uptr)
         b->w[k] = 0;        /* past the path's end: zeros, not an earlier path's bytes */
     long n = bpf_probe_read_user_str(b->w, sizeof(b->w), (const void *)uptr);
     const unsigned char *s = (const unsigned char *)b->w;
-    if (n < 2 || n >= sizeof(b->w) || s[0] != '/')
+    if (n < 2 || n >= sizeof(b->w))
+        return 0;
+    int relative = s[0] != '/';
+    if (relative && (s[0] == '.' || !unrelated_dir(tgid, dfd)))
         return 0;
     u64 folded = 0;     /* a '/' followed by '/', '.' or the end */
 #pragma unroll
@@ -332,7 +353,7 @@ static __always_inline int unrelated_path(u64 uptr)
         folded |= zero_bytes(x ^ BYTES('/')) &
                   (zero_bytes(next ^ BYTES('/')) | zero_bytes(next ^ BYTES('.')) | zero_bytes(next));
     }
-    return !folded && !PATH_RELATED(s);
+    return !folded && (relative || !PATH_RELATED(s));
 }
 #endif
 
@@ -389,12 +410,13 @@ static __always_inline int leave(long ret, int paths)
         goto out;
 #ifdef FILTER_PATHS
     /* Never a chdir (EXIT, not EXIT_PATHS): the cwd is what relative paths are resolved against. */
-    if (paths && in->path1 && unrelated_path(in->path1) &&
-        (!in->path2 || unrelated_path(in->path2))) {
+    if (paths && in->path1 && unrelated_path(in->path1, id >> 32, in->fd) &&
+        (!in->path2 || unrelated_path(in->path2, id >> 32, in->fd2))) {
         if (changed >= 0 && in->op != SYSOP_CLOSE) {   /* an untraced file's new fd */
             u64 key = fd_key(id >> 32, changed);
             u64 gen = now;
             fd_ignore.update(&key, &gen);
+            fd_unrelated.update(&key, &gen);
         }
         goto out;
     }
