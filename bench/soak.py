@@ -244,6 +244,7 @@ def main() -> int:
     p.add_argument("--small-mib", type=float, default=1.0, help="MiB each writes in 4 KiB write()s first (default 1)")
     p.add_argument("--bound", type=float, default=5.0, help="flat: RSS slope under this many MiB/h (default 5)")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))    # the finally clauses stop watch, remove the data
     if os.geteuid() != 0:
         print("needs root (BPF)", file=sys.stderr)
         return 1
