@@ -32,7 +32,7 @@ from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_tabl
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 BPF_ANY, BPF_NOEXIST = 0, 1
-BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
+BPF_STATS_RUN_TIME = 0     # enum bpf_stats_type
 KPROBE = "kprobe:"    # an attach point that is a kprobe, before its function (a tracepoint's is its category)
 # When to drain. Each drain has a fixed cost, ~0.3 ms idle and ~2 ms with every NFS
 # table to build (30x that under emulation), that at 50 drains a second was most of the
@@ -42,23 +42,6 @@ KPROBE = "kprobe:"    # an attach point that is a kprobe, before its function (a
 DRAIN_EVERY = 1.0
 DRAIN_MIN = 0.02
 BUSY_FILL = 0.05
-
-
-def _read_sysctl(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _write_sysctl(path: str, value: str) -> bool:
-    try:
-        with open(path, "w") as f:
-            f.write(value)
-        return True
-    except OSError:
-        return False
 
 
 def common_reason() -> str | None:
@@ -636,15 +619,20 @@ class Loaded:
         self._last_read = time.monotonic()
         for ring in self.rings.values():
             self._epoll.register(ring.fd, select.EPOLLIN | select.EPOLLET)
-        self._stats_was: str | None = None
+        self._stats_fd: int | None = None
 
     def measure_programs(self) -> None:
-        """Turn kernel.bpf_stats_enabled on until close(), for program_runtime. The switch is the
+        """The kernel's BPF run-time statistics on until close(), for program_runtime. They are the
         whole machine's: every BPF program on it, ours and others', then reads the clock twice a
-        run (a third of what ours cost a WRITE on the VM bench is runs that return at once)."""
-        self._stats_was = _read_sysctl(BPF_STATS)
-        if self._stats_was is not None and not _write_sysctl(BPF_STATS, "1"):
-            self._stats_was = None
+        run (a third of what ours cost a WRITE on the VM bench is runs that return at once). On
+        while a BPF_ENABLE_STATS fd is open (5.8), not by writing kernel.bpf_stats_enabled: the
+        kernel counts the holders, so two agents do not turn them off under each other, and an
+        agent killed leaves them as it found them."""
+        try:
+            fd = ctypes.CDLL("libbpf.so.1", use_errno=True).bpf_enable_stats(BPF_STATS_RUN_TIME)
+        except (OSError, AttributeError):   # no libbpf 1 beside BCC: no statistics
+            return
+        self._stats_fd = fd if fd >= 0 else None
 
     def attached(self) -> set[str]:
         """The points BCC attached the program to, named as attach_points names them. BCC keeps a
@@ -757,9 +745,9 @@ class Loaded:
 
     def program_runtime(self) -> dict[str, dict[str, int]]:
         """Per program: how often it ran and for how long (ns) since it was loaded; empty
-        unless measure_programs() turned kernel.bpf_stats_enabled on. Their fdinfo files are opened
+        unless measure_programs() turned the statistics on. Their fdinfo files are opened
         once and re-read: opening ~40 of them was most of an idle agent's CPU under emulation."""
-        if self._stats_was is None:
+        if self._stats_fd is None:
             return {}
         if self._fdinfo is None:
             self._fdinfo = {}
@@ -775,8 +763,8 @@ class Loaded:
         return out
 
     def close(self) -> None:
-        if self._stats_was is not None:
-            _write_sysctl(BPF_STATS, self._stats_was)
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)
         for fd in (self._fdinfo or {}).values():
             os.close(fd)
         self._epoll.close()

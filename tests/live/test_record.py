@@ -400,3 +400,48 @@ def test_a_next_capture_that_cannot_be_created_keeps_the_current_one(tmp_path):
     assert f"no next capture: {tmp_path}/cap-2" in err
     assert Capture.open(str(tmp_path / "cap-1")).meta["stop_reason"] == "SIGINT"
     assert os.listdir(tmp_path / "cap-2") == ["notes.txt"]
+
+
+
+PROBE = b"TRACEPOINT_PROBE(syscalls, sys_enter_getppid) { return 0; }"
+
+
+def _measured(probe) -> bool:
+    """Whether the kernel's BPF run-time statistics are on: our probe's run count grows."""
+    fd = next(iter(probe.funcs.values())).fd
+
+    def runs() -> int:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            return int(next(line for line in f if line.startswith("run_cnt:")).split()[1])
+    before = runs()
+    for _ in range(10):
+        os.getppid()
+    return runs() > before
+
+
+def test_bpf_statistics_last_while_any_agent_lives(tmp_path):
+    """record turns the kernel's BPF statistics on while it runs (its capture reports our programs'
+    run time). Two records overlapping keep them on until the last ends, and one killed -9
+    leaves them off as it found them: the kernel counts the holders of their fds (writing
+    kernel.bpf_stats_enabled instead, the second would have restored the first's "on")."""
+    from bcc import BPF
+    probe = BPF(text=PROBE)
+    assert not _measured(probe), "the statistics are on before the test (another agent?)"
+    agents = []
+    try:
+        for name in ("a", "b"):
+            agents.append(start_slotscope("record", "-o", str(tmp_path / name), "--path", str(tmp_path), "-q"))
+            wait_recording(agents[-1])
+            assert _measured(probe)
+        agents[0].send_signal(signal.SIGINT)
+        assert agents[0].wait(60) == 0
+        assert _measured(probe)         # b still measures
+        agents[1].kill()
+        agents[1].wait(60)
+        assert not _measured(probe)
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+        probe.cleanup()
