@@ -129,7 +129,8 @@ def summarize(rec: dict, goal: float = GOAL) -> dict:
             "agent_cpu_s": round((u.get("agent_user_ns", 0) + u.get("agent_sys_ns", 0)) / 1e9, 3) if r["agent"] else None,
             "agent_cpu_pct": round(100 * (u.get("agent_user_ns", 0) + u.get("agent_sys_ns", 0)) / 1e9 / secs, 1)
             if r["agent"] else None,
-            "agent_bpf_s": round(u["agent_bpf_ns"] / 1e9, 3) if "agent_bpf_ns" in u else None,   # watch: --bpf-stats
+            # None: not measured (watch without --bpf-stats leaves the kernel's BPF statistics off)
+            "agent_bpf_s": round(u["agent_bpf_ns"] / 1e9, 3) if u.get("agent_bpf_ns") else None,
             "agent_rss_mib": round(r["agent_rss_bytes"] / 2**20, 1) if "agent_rss_bytes" in r else None,
             "incidents_opened": r.get("incidents_opened"),
         })

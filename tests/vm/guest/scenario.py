@@ -753,7 +753,7 @@ class Usage:
     """Cumulative CPU time (ns): the guest's busy time over all CPUs, and, with an agent,
     its process's user+system time and the run time of its BPF programs (run_time_ns in
     the fdinfo of its program fds, counted while the kernel's BPF statistics are on: record
-    turns them on, watch only with --bpf-stats). The files are opened once
+    turns them on, watch only with --bpf-stats; 0 without). The files are opened once
     and re-read with pread: the agent decodes every process's opens and closes, and the
     measuring must not add to its work in the rounds it measures (reading each of its
     ~100 fdinfo files twice a round did, and the agent's drain showed it)."""
@@ -762,7 +762,6 @@ class Usage:
         self.tick = 1e9 / os.sysconf("SC_CLK_TCK")
         self.stat = os.open("/proc/stat", os.O_RDONLY)
         self.agent_stat, self.progs = None, []
-        self.measured = False       # whether the statistics counted any run of the agent's programs
         if agent is not None:
             pid = agent.proc.pid
             self.agent_stat = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
@@ -771,10 +770,8 @@ class Usage:
                     fd = os.open(f"/proc/{pid}/fdinfo/{name}", os.O_RDONLY)
                 except OSError:
                     continue
-                info = os.pread(fd, 4096, 0)
-                if b"run_time_ns:" in info:
+                if b"run_time_ns:" in os.pread(fd, 4096, 0):
                     self.progs.append(fd)
-                    self.measured = self.measured or b"\nrun_cnt:\t0\n" not in info
                 else:
                     os.close(fd)
 
@@ -786,9 +783,8 @@ class Usage:
         stat = os.pread(self.agent_stat, 4096, 0).rsplit(b")", 1)[1].split()
         res["agent_user_ns"] = int(int(stat[11]) * self.tick)
         res["agent_sys_ns"] = int(int(stat[12]) * self.tick)
-        if self.measured:
-            res["agent_bpf_ns"] = sum(int(line.split()[1]) for fd in self.progs for line in os.pread(fd, 4096, 0)
-                                      .splitlines() if line.startswith(b"run_time_ns:"))
+        res["agent_bpf_ns"] = sum(int(line.split()[1]) for fd in self.progs
+                                  for line in os.pread(fd, 4096, 0).splitlines() if line.startswith(b"run_time_ns:"))
         return res
 
     def since(self, before):
