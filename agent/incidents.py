@@ -22,6 +22,7 @@ from slotscope.capture.safepath import open_parent, open_subdir
 from slotscope.capture.writer import CaptureWriteError, CaptureWriter
 
 from .flight import rows_of
+from .priority import as_own
 
 INCIDENT_RE = re.compile(r"incident-\d{8}T\d{6}(?:\.\d+)?Z-[a-z_]+")
 REPORTS = ("report.txt", "report.json", "report.html")
@@ -139,6 +140,7 @@ class Incident:
         self._queue.put((None, meta))
 
     def _run(self) -> None:
+        as_own()
         try:
             while True:
                 name, item = self._queue.get()

@@ -12,16 +12,20 @@ events, so under contention the traced processes give way to their own trace.
 
 A storm's first wakeup finds no history to follow: watch's rings, a quarter of record's, are full
 ~30 ms after the kernel asks for a drain, and a thread at nice 0 waited longer than that for a
-CPU here. So the draining thread sleeps at DRAIN_NICE (it runs at once when woken) and goes back
-to its own niceness for a drain at a save's pace: two setpriority calls a drain.
+CPU here. So the draining thread sleeps at DRAIN_NICE (it runs at once when woken) and drains at
+CALM_NICE at a save's pace: two setpriority calls a drain. At its own niceness the drain still
+held the one CPU of the VM bench when a rank's reply came in: watch cost a save 0.47% at 1 ns an
+instruction, 0.12% at CALM_NICE (bench/README.md, overhead.py).
 """
 from __future__ import annotations
 
 import os
 
 DRAIN_NICE = -10
+CALM_NICE = 19          # a drain at a save's pace: in the CPU time the traced processes leave
 FILL_HORIZON_S = 2.0    # raised while a ring, at the rate it filled since the last drain, would be full within this
 CALM_S = 5.0            # and back to the agent's own niceness after this long without
+OWN = os.getpriority(os.PRIO_PROCESS, 0)    # the agent's own niceness, as it was started
 
 
 def filling(fill: float, elapsed: float) -> bool:
@@ -32,15 +36,18 @@ def filling(fill: float, elapsed: float) -> bool:
 
 class DrainPriority:
     def __init__(self):
-        self.base = os.getpriority(os.PRIO_PROCESS, 0)
+        """In the draining thread."""
+        self.base = OWN
         self.raised = False
-        self.allowed = True     # False once refused (no CAP_SYS_NICE, as in a container)
         self._busy_at = 0.0
+        # Without CAP_SYS_NICE (as in a container) the niceness stays as it is: once at CALM_NICE,
+        # it could not be taken back for a storm.
+        self.allowed = _renice_thread(DRAIN_NICE) and _renice_thread(self.base)
 
     def sleeping(self) -> None:
         """Before the draining thread waits: it wakes at DRAIN_NICE."""
         if self.allowed and not self.raised:
-            self.allowed = _renice_thread(DRAIN_NICE)
+            _renice_thread(DRAIN_NICE)
 
     def follow(self, fill: float, elapsed: float, now: float) -> None:
         """Before a drain, in the draining thread: the fullest ring's `fill`, `elapsed` s after
@@ -48,12 +55,19 @@ class DrainPriority:
         if filling(fill, elapsed):
             self._busy_at = now
             if not self.raised and self.allowed:
-                self.raised = self.allowed = _renice(DRAIN_NICE)
+                self.raised = _renice(DRAIN_NICE)
         elif self.raised and now - self._busy_at >= CALM_S:
             _renice(self.base)
             self.raised = False
         elif not self.raised and self.allowed:
-            _renice_thread(self.base)
+            _renice_thread(CALM_NICE)
+
+
+def as_own() -> None:
+    """The calling thread to the agent's own niceness: a thread starts at its creator's, and the
+    draining thread's is CALM_NICE or DRAIN_NICE (an incident's writing and analysis are not
+    the drain's: they start from it)."""
+    _renice_thread(OWN)
 
 
 def _renice(nice: int) -> bool:

@@ -1,7 +1,7 @@
 """The drain's niceness follows its load (agent/priority.py): the draining thread sleeps at
-DRAIN_NICE and drains at the agent's own niceness at a save's pace, every thread is at DRAIN_NICE
-while a ring fills fast, at its own again after CALM_S without; refused (no CAP_SYS_NICE), it
-stays where it was and says nothing. Real setpriority on this
+DRAIN_NICE and drains at CALM_NICE at a save's pace, every thread is at DRAIN_NICE while a ring
+fills fast, at the agent's own again after CALM_S without; a thread it starts goes back to the
+agent's own (as_own); refused (no CAP_SYS_NICE), it stays where it was and says nothing. Real setpriority on this
 kernel, in a process of its own: niceness is per thread and the test's must not change."""
 import json
 import subprocess
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from slotscope.agent.priority import DRAIN_NICE
+from slotscope.agent.priority import CALM_NICE, DRAIN_NICE
 
 pytestmark = pytest.mark.live
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -18,10 +18,10 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 # for CALM_S yet, calm for CALM_S, asleep again; a thread started while raised is followed too.
 SCRIPT = """
 import json, os, sys, threading
-from slotscope.agent.priority import CALM_S, DrainPriority
+from slotscope.agent.priority import CALM_S, DrainPriority, as_own
 stop = threading.Event()
-def thread():
-    t = threading.Thread(target=stop.wait); t.start(); return t
+def thread(target=stop.wait):
+    t = threading.Thread(target=target); t.start(); return t
 threads = [thread()]
 p = DrainPriority()
 def nice():
@@ -29,6 +29,8 @@ def nice():
 out = []
 p.sleeping(); out.append(nice())
 p.follow(0.004, 1.0, 10.0); out.append(nice())            # 0.4% of a ring in a second
+own = thread(lambda: (as_own(), stop.wait())); threads.append(own)   # started by the calm drain
+import time; time.sleep(0.2); out.append(nice()); threads.remove(own)
 p.follow(0.06, 0.04, 11.0); out.append(nice())            # 6% in 40 ms: full in 0.7 s
 threads.append(thread())
 p.follow(0.0, 0.02, 11.0 + CALM_S - 0.5); out.append(nice())
@@ -46,9 +48,10 @@ def _steps(prefix=()):
 
 
 def test_raised_while_a_ring_fills_and_lowered_after_calm():
-    asleep, pace, storm, settling, calm, asleep_again = _steps()
+    asleep, pace, started, storm, settling, calm, asleep_again = _steps()
     assert asleep == [DRAIN_NICE, 0]            # the draining thread alone
-    assert pace == [0, 0]
+    assert pace == [CALM_NICE, 0]
+    assert started == [CALM_NICE, 0, 0]         # back to the agent's own
     assert storm == [DRAIN_NICE, DRAIN_NICE]
     assert settling == [DRAIN_NICE] * 3          # the thread started meanwhile inherited it
     assert calm == [0, 0, 0]
@@ -56,4 +59,4 @@ def test_raised_while_a_ring_fills_and_lowered_after_calm():
 
 
 def test_an_ordinary_user_keeps_its_niceness():
-    assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
+    assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0, 0], [0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
