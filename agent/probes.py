@@ -619,6 +619,7 @@ class Loaded:
         self._last_read = time.monotonic()
         for ring in self.rings.values():
             self._epoll.register(ring.fd, select.EPOLLIN | select.EPOLLET)
+        self.priority.guard([ring.fd for ring in self.rings.values()])
         self._stats_fd: int | None = None
 
     def measure_programs(self) -> None:
@@ -763,6 +764,7 @@ class Loaded:
         return out
 
     def close(self) -> None:
+        self.priority.close()
         if self._stats_fd is not None:
             os.close(self._stats_fd)
         for fd in (self._fdinfo or {}).values():

@@ -60,3 +60,29 @@ def test_raised_while_a_ring_fills_and_lowered_after_calm():
 
 def test_an_ordinary_user_keeps_its_niceness():
     assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0, 0], [0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
+
+
+GUARDED = """
+import os, time
+from slotscope.agent.priority import DrainPriority
+p = DrainPriority()
+r, w = os.pipe()
+p.guard([r])
+p.follow(0.004, 1.0, 10.0)                  # a calm drain: nice 19
+calm = os.getpriority(os.PRIO_PROCESS, 0)
+os.write(w, b"x")                           # the kernel's forced wakeup, as the ring fd signals it
+end = time.monotonic() + 10
+while os.getpriority(os.PRIO_PROCESS, 0) == calm and time.monotonic() < end:
+    time.sleep(0.01)
+print(calm, os.getpriority(os.PRIO_PROCESS, 0))
+p.close()
+"""
+
+
+def test_a_forced_wakeup_rouses_a_calm_drain():
+    """A storm that starts while the drain works at CALM_NICE: the guard thread, woken by the
+    ring's fd, puts the draining thread at DRAIN_NICE at once (at nice 19 on a saturated host
+    the drain got no CPU for a whole storm)."""
+    res = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and not res.stderr, res.stderr
+    assert res.stdout.split() == [str(CALM_NICE), str(DRAIN_NICE)]
