@@ -69,14 +69,19 @@ static __always_inline u64 fd_key(u32 tgid, s32 fd)
     return ((u64)tgid << 32) | (u32)fd;
 }
 
-static __always_inline int ignored(u32 tgid, s32 fd)
+/* Whether `mark`, a table's entry for the fd at `key`, names the generation the fd has now. */
+static __always_inline int marks_now(u64 *mark, u64 key)
 {
-    u64 key = fd_key(tgid, fd);
-    u64 *mark = fd_ignore.lookup(&key);
     if (!mark)
         return 0;
     u64 *gen = fd_gen.lookup(&key);
     return gen && *gen == *mark;
+}
+
+static __always_inline int ignored(u32 tgid, s32 fd)
+{
+    u64 key = fd_key(tgid, fd);
+    return marks_now(fd_ignore.lookup(&key), key);
 }
 
 #ifdef AGGREGATE
@@ -306,11 +311,7 @@ static __always_inline int unrelated_dir(u32 tgid, s32 dfd)
     if (dfd == AT_FDCWD_VAL)
         return 0;
     u64 key = fd_key(tgid, dfd);
-    u64 *mark = fd_unrelated.lookup(&key);
-    if (!mark)
-        return 0;
-    u64 *gen = fd_gen.lookup(&key);
-    return gen && *gen == *mark;
+    return marks_now(fd_unrelated.lookup(&key), key);
 }
 
 #define BYTES(c) ((c) * 0x0101010101010101ULL)

@@ -42,13 +42,19 @@ for i in range({n} // 3):
 """.format(n=UNTRACED)
 
 
-def test_calls_outside_the_prefix_stay_in_the_kernel(tmp_path):
+def _record(tmp_path, job: str):
+    """`record --path TMP/traced -- python -c JOB TMP`: -> the capture's directory."""
     (tmp_path / "traced").mkdir()
     (tmp_path / "other").mkdir()
     cap = tmp_path / "cap"
     res = slotscope("record", "-q", "--path", str(tmp_path / "traced"), "-o", str(cap), "--",
-                    sys.executable, "-c", JOB, str(tmp_path))
+                    sys.executable, "-c", job, str(tmp_path))
     assert res.returncode == 0, res.stderr
+    return cap
+
+
+def test_calls_outside_the_prefix_stay_in_the_kernel(tmp_path):
+    cap = _record(tmp_path, JOB)
     capture = Capture.open(str(cap))
     rows = capture.read("syscall")
     writes = rows.filter(pc.equal(pc.cast(rows["syscall"], pa.string()), "write"))
@@ -79,11 +85,5 @@ def test_a_mark_for_an_fd_s_earlier_file_does_not_undo_the_kernel_s(tmp_path):
     """User space marks an untraced fd with the generation it saw opened; when the kernel has
     since skipped the fd's next file (opened outside the prefix), that mark must not replace
     the kernel's: every write to the new file would come up, unnamed."""
-    (tmp_path / "traced").mkdir()
-    (tmp_path / "other").mkdir()
-    cap = tmp_path / "cap"
-    res = slotscope("record", "-q", "--path", str(tmp_path / "traced"), "-o", str(cap), "--",
-                    sys.executable, "-c", REUSED, str(tmp_path))
-    assert res.returncode == 0, res.stderr
-    totals = json.loads((cap / "meta.json").read_text())["totals"]
+    totals = json.loads((_record(tmp_path, REUSED) / "meta.json").read_text())["totals"]
     assert totals["unnamed_fd_rows"] < UNTRACED // 10, totals
