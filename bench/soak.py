@@ -15,8 +15,9 @@ probes detached, is printed apart).
 The figures: RSS after the warm-up, its min and max, and the slope of a least-squares line
 over the second half of the samples (the first half holds the allocators settling); the
 lowest RSS of each sixth of the run (a leak lifts them, a burst of the host's events only
-spikes); the fds first, last and most. The verdict: flat if the slope is under --bound MiB an hour and the
-last sample has as many fds as the first.
+spikes); the same two for RSS less the flight recorder's rows (its metric; bounded by
+--keep-size, they fill as the host's events come); the fds first, last and most. The verdict: flat if that slope, RSS less
+the rows, is under --bound MiB an hour and the last sample has as many fds as the first.
 
 slow_save is off: on a host shared with other jobs, one save whose fsync waits three times the
 median is the disk's weather, and an incident (its capture, its analysis process) would be
@@ -112,6 +113,7 @@ class Watch:
         out["lost_by"] = m.get("slotscope_lost_events_total", {})        # by counter
         out["incidents_by"] = m.get("slotscope_incidents_total", {})     # by trigger
         out["events"] = sum(m.get("slotscope_events_total", {}).values())
+        out["flight"] = sum(m.get("slotscope_flight_recorder_bytes", {}).values())   # its rows, at most --keep-size
         out["lost"], out["incidents"] = sum(out["lost_by"].values()), sum(out["incidents_by"].values())
         return out
 
@@ -163,21 +165,28 @@ def save(folder: str, ranks: int, small: int, big: int) -> int:
     return ranks * (small + big + CALLS_PER_SAVE)
 
 
-def slope_per_hour(samples: list[dict]) -> float:
-    """MiB an hour of a least-squares line through the second half's RSS."""
+def rest(s: dict) -> float:
+    """A sample's RSS less its flight recorder's rows (bounded by --keep-size, they fill as the
+    host's events come): what a leak would lift."""
+    return s["rss"] - s["flight"]
+
+
+def slope_per_hour(samples: list[dict], value=lambda s: s["rss"]) -> float:
+    """MiB an hour of a least-squares line through the second half's values (default RSS)."""
     mid = (samples[0]["t"] + samples[-1]["t"]) / 2
     half = [s for s in samples if s["t"] >= mid]
     t = np.array([s["t"] for s in half]) / 3600
-    return float(np.polyfit(t, np.array([s["rss"] for s in half]) / MiB, 1)[0])
+    return float(np.polyfit(t, np.array([value(s) for s in half]) / MiB, 1)[0])
 
 
-def floors(samples: list[dict], parts: int = 6) -> list[float]:
-    """The lowest RSS (MiB) of each part of the run: a leak lifts them, a burst's transient does not."""
+def floors(samples: list[dict], parts: int = 6, value=lambda s: s["rss"]) -> list[float]:
+    """The lowest value (MiB; default RSS) of each part of the run: a leak lifts them, a burst's
+    transient does not."""
     span = (samples[-1]["t"] - samples[0]["t"]) / parts or 1.0
     low = [float("inf")] * parts
     for s in samples:
         i = min(parts - 1, int((s["t"] - samples[0]["t"]) / span))
-        low[i] = min(low[i], s["rss"] / MiB)
+        low[i] = min(low[i], value(s) / MiB)
     return low
 
 
@@ -202,7 +211,7 @@ def soak(args, work: str) -> dict:
                 samples.append(watch.sample(now - start))
                 load.append(os.getloadavg()[0])
                 s = samples[-1]
-                print(f"{s['t']:7.0f} s  RSS {s['rss'] / MiB:6.1f} MiB  fds {s['fds']:3d}  threads {s['threads']:2d}  "
+                print(f"{s['t']:7.0f} s  RSS {s['rss'] / MiB:6.1f} MiB  flight {s['flight'] / MiB:5.1f} MiB  fds {s['fds']:3d}  threads {s['threads']:2d}  "
                       f"children {s['children']}  events {s['events']:,.0f}  lost {s['lost']:,.0f}  "
                       f"incidents {s['incidents']:.0f}  load {load[-1]:.2f}", flush=True)
                 next_sample += args.interval
@@ -221,6 +230,7 @@ def soak(args, work: str) -> dict:
         "rss_min": min(s["rss"] for s in samples) / MiB, "rss_max": max(s["rss"] for s in samples) / MiB,
         "children_rss_max": max(s["children_rss"] for s in samples) / MiB,
         "slope": slope_per_hour(samples), "floors": floors(samples), "samples": len(samples),
+        "rest_slope": slope_per_hour(samples, rest), "rest_floors": floors(samples, value=rest),
         "fds": (first["fds"], last["fds"], max(s["fds"] for s in samples)),
         "threads": (first["threads"], last["threads"], max(s["threads"] for s in samples)),
         "scrape_ms": max(s["scrape_ms"] for s in samples),
@@ -253,7 +263,7 @@ def main() -> int:
         r = soak(args, work)
     finally:
         shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
-    flat = r["slope"] < args.bound and r["fds"][0] == r["fds"][1]
+    flat = r["rest_slope"] < args.bound and r["fds"][0] == r["fds"][1]
     print(f"\nsoak: {r['minutes']:.1f} min, {r['saves']} saves of {args.ranks} ranks x "
           f"({args.small_mib:g} MiB in 4 KiB + {args.mib} MiB in 1 MiB write()s, fsync, rename)")
     print(f"file calls made: {r['calls']:,}; the agent's events (every process's): {r['events']:,.0f}; "
@@ -262,6 +272,8 @@ def main() -> int:
           f"min {r['rss_min']:.1f}, max {r['rss_max']:.1f}; slope over the second half "
           f"{r['slope']:+.2f} MiB/h ({r['samples']} samples); children's RSS at most {r['children_rss_max']:.1f}")
     print("RSS floor (MiB) per sixth of the run: " + ", ".join(f"{f:.1f}" for f in r["floors"]))
+    print(f"RSS less the flight recorder's rows: slope {r['rest_slope']:+.2f} MiB/h, floor per sixth "
+          + ", ".join(f"{f:.1f}" for f in r["rest_floors"]))
     print("fds first/last/max: {}/{}/{}; threads first/last/max: {}/{}/{}".format(*r["fds"], *r["threads"]))
     print(f"CPU, % of a core: watch {r['watch_cpu']:.1f}, the ranks {r['ranks_cpu']:.1f}; "
           "load average min/mean/max {:.2f}/{:.2f}/{:.2f}; slowest scrape {:.0f} ms".format(*r["load"], r["scrape_ms"]))
@@ -272,7 +284,8 @@ def main() -> int:
                                      f"exited {stop['rc']} in {stop['exit_s']:.1f} s") +
           f" (said it stopped in {said}; at most {STOP_S:g} s to exit 0)")
     print(f"its log beside the start line: {r['log'] or 'nothing'}; kept in {work}")
-    print(f"verdict: {'FLAT' if flat else 'NOT FLAT'} (slope {r['slope']:+.2f} MiB/h against < {args.bound:g}; "
+    print(f"verdict: {'FLAT' if flat else 'NOT FLAT'} (RSS less the flight recorder's rows: slope "
+          f"{r['rest_slope']:+.2f} MiB/h against < {args.bound:g}; "
           f"fds {r['fds'][0]} -> {r['fds'][1]})" + ("" if clean else "; watch did not stop cleanly"))
     return 0 if flat and clean else 1
 
