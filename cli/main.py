@@ -539,9 +539,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"also per-process metrics (pid, comm, rank) for at most CAP processes "
                         f"(default {wd.PROCESS_CAP})")
     w.add_argument("--bpf-stats", action="store_true",
-                   help="turn the kernel's BPF statistics on while watching (kernel.bpf_stats_enabled), so that "
-                        "an incident's agent table says how long our programs ran; the switch slows every BPF "
-                        "program on the machine a little, which record accepts for its minutes and a daemon should not")
+                   help="turn the kernel's BPF run-time statistics on while watching, so that an incident's agent "
+                        "table says how long our programs ran; they slow every BPF program on the machine a little "
+                        "(two clock reads a run), which record accepts for its minutes and a daemon should not")
     _filter_arguments(w)
     w.add_argument("-v", "--verbose", action="store_true", help="a status line every 5 s")
     w.add_argument("--ebpf", action="store_true",
