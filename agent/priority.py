@@ -53,7 +53,7 @@ class DrainPriority:
         CALM_NICE: a storm may start during a calm drain, and at nice 19 on a saturated host that
         drain most likely got no CPU for the whole storm (721,485 events lost of 835,135, 3 CPU-bound loops
         and two VMs on 2 cores). A thread of its own at DRAIN_NICE, idle but for the kernel's
-        forced wakeups, which a save's pace does not make."""
+        forced wakeups (on the VM bench's saves it changed nothing measurable)."""
         if not self.allowed:
             return
         poll = select.epoll()
