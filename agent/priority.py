@@ -14,8 +14,8 @@ A storm's first wakeup finds no history to follow: watch's rings, a quarter of r
 ~30 ms after the kernel asks for a drain, and a thread at nice 0 waited longer than that for a
 CPU here. So the draining thread sleeps at DRAIN_NICE (it runs at once when woken) and drains at
 CALM_NICE at a save's pace: two setpriority calls a drain. At its own niceness the drain still
-held the one CPU of the VM bench when a rank's reply came in: watch cost a save 0.47% at 1 ns an
-instruction, 0.12% at CALM_NICE (bench/README.md, overhead.py).
+held the one CPU of the VM bench when a rank's reply came in: watch cost a save 0.46% at 1 ns an
+instruction (16 blocks), 0.30% at CALM_NICE (17 blocks; bench/README.md, overhead.py).
 """
 from __future__ import annotations
 
