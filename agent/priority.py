@@ -13,9 +13,11 @@ events, so under contention the traced processes give way to their own trace.
 A storm's first wakeup finds no history to follow: watch's rings, a quarter of record's, are full
 ~30 ms after the kernel asks for a drain, and a thread at nice 0 waited longer than that for a
 CPU here. So the draining thread sleeps at DRAIN_NICE (it runs at once when woken) and drains at
-CALM_NICE at a save's pace: two setpriority calls a drain. At its own niceness the drain still
-held the one CPU of the VM bench when a rank's reply came in: watch cost a save 0.46% at 1 ns an
-instruction (16 blocks), 0.30% at CALM_NICE (17 blocks; bench/README.md, overhead.py).
+the agent's own niceness at a save's pace: two setpriority calls a drain. Draining at nice 19
+instead cut watch's cost to a save on the VM bench (0.46% to 0.30% at 1 ns an instruction), but
+behind CPU-bound ranks (torch's saves under emulation) the drain then waited so long that one
+batch held a file's writes and its fd's reuse seconds later, and the writes lost their file
+(tests/vm/test_clients.py failed): not done.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ import select
 import threading
 
 DRAIN_NICE = -10
-CALM_NICE = 19          # a drain at a save's pace: in the CPU time the traced processes leave
 FILL_HORIZON_S = 2.0    # raised while a ring, at the rate it filled since the last drain, would be full within this
 CALM_S = 5.0            # and back to the agent's own niceness after this long without
 OWN = os.getpriority(os.PRIO_PROCESS, 0)    # the agent's own niceness, as it was started
@@ -44,16 +45,15 @@ class DrainPriority:
         self._busy_at = 0.0
         self._tid = threading.get_native_id()
         self._stop = threading.Event()
-        # Without CAP_SYS_NICE (as in a container) the niceness stays as it is: once at CALM_NICE,
-        # it could not be taken back for a storm.
+        # Without CAP_SYS_NICE (as in a container) the niceness stays as it is.
         self.allowed = _renice_thread(DRAIN_NICE) and _renice_thread(self.base)
 
     def guard(self, fds: list[int]) -> None:
-        """Wake the drain when one of `fds` (the rings, edge-triggered) signals while it drains at
-        CALM_NICE: a storm may start during a calm drain, and at nice 19 on a saturated host that
-        drain most likely got no CPU for the whole storm (721,485 events lost of 835,135, 3 CPU-bound loops
-        and two VMs on 2 cores). A thread of its own at DRAIN_NICE, idle but for the kernel's
-        forced wakeups (on the VM bench's saves it changed nothing measurable)."""
+        """Wake the drain when one of `fds` (the rings, edge-triggered) signals during a drain at
+        the agent's own niceness: a storm may start during a calm drain, which on a saturated host
+        waits for a CPU (at nice 19, tried, 1 of 4 storms lost 721,485 of 835,135 events, with 3
+        CPU-bound loops and two VMs on 2 cores). A thread of its own at DRAIN_NICE, idle but for
+        the kernel's forced wakeups (on the VM bench's saves it changed nothing measurable)."""
         if not self.allowed:
             return
         poll = select.epoll()
@@ -90,13 +90,13 @@ class DrainPriority:
             _renice(self.base)
             self.raised = False
         elif not self.raised and self.allowed:
-            _renice_thread(CALM_NICE)
+            _renice_thread(self.base)
 
 
 def as_own() -> None:
     """The calling thread to the agent's own niceness: a thread starts at its creator's, and the
-    draining thread's is CALM_NICE or DRAIN_NICE (an incident's writing and analysis are not
-    the drain's: they start from it)."""
+    draining thread's may be DRAIN_NICE (an incident's writing and analysis are not the drain's:
+    they start from it)."""
     _renice_thread(OWN)
 
 
