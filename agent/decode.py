@@ -203,6 +203,7 @@ class Decoder:
         if sys.size == 0:
             self._structural(sys, np.empty(0, np.int64), procs, None, {})
             return None
+        self.fds.keep_batch(int(sys["ts_enter"].min()))
         n = sys.size
         fids = np.full(n, UNKNOWN, np.int64)
         path2: dict[int, str | None] = {}   # row -> second path (renames)

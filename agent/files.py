@@ -24,9 +24,9 @@ from .mounts import NFS_TYPES, MountTable
 
 AT_FDCWD = -100
 UNKNOWN = -1           # file id of an fd we could not name
-HISTORY_SECONDS = 5.0
+HISTORY_NS = 5_000_000_000   # an fd's older mappings kept this long, for writes that started before a close
 # Filesystems whose stat() answers from local state: safe to call from the drain.
-LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "overlay"})  # keep older mappings this long for writes that started before a close
+LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "overlay"})
 
 
 @dataclass(slots=True)     # up to FileRegistry.OTHER_MAX of them: no __dict__ each
@@ -280,6 +280,14 @@ class FdTable:
         self._keys_of: dict[int, set[int]] = {}   # tgid -> its keys, for fork and exit
         self.cloexec: set[int] = set()              # keys whose current fd closes at exec
         self._skipped: dict[int, int] = {}          # key -> newest generation the kernel skips (0: from before)
+        # Mappings in force at or after this are kept: the batch being decoded applies its fd
+        # changes before it looks its calls up, and a drain that waited seconds for a CPU holds
+        # a file's writes and its fd's reuse seconds later (keep_batch).
+        self._keep_from = 1 << 62   # no batch yet: the history alone decides
+
+    def keep_batch(self, earliest: int) -> None:
+        """The batch about to be decoded has calls from `earliest` on."""
+        self._keep_from = earliest - HISTORY_NS
 
     @staticmethod
     def key(tgid: int, fd: int) -> int:
@@ -295,7 +303,7 @@ class FdTable:
             hist = self.history[key] = deque()
             self._keys_of.setdefault(key >> 32, set()).add(key)
         hist.append((since, fid))
-        cutoff = since - int(HISTORY_SECONDS * 1e9)
+        cutoff = min(since - HISTORY_NS, self._keep_from)
         while len(hist) > 1 and hist[1][0] < cutoff:
             hist.popleft()
 

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from slotscope.agent.files import HISTORY_SECONDS, FdTable  # noqa: E402
+from slotscope.agent.files import HISTORY_NS, FdTable  # noqa: E402
 
 SECONDS = 8
 
@@ -43,7 +43,7 @@ def main() -> int:
         cost, kept = cost_per_set(rate)
         base = base or cost
         print(f"{rate:>16,} {kept:>9,} {cost * 1e6:>11.2f} {cost / base:>9.2f} {cost * rate * 100:>12.1f}")
-    print(f"(history kept: {HISTORY_SECONDS:g} s of mappings per fd)")
+    print(f"(history kept: {HISTORY_NS / 1e9:g} s of mappings per fd)")
     return 0
 
 

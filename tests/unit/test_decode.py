@@ -4,6 +4,8 @@ from __future__ import annotations
 import subprocess
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 
 from slotscope.agent.decode import Decoder
@@ -87,3 +89,26 @@ def test_a_path_with_two_leading_slashes_is_the_file_it_names(tmp_path):
                   _call(tgid, 200, "write", 3, 2, count=2)])
     rows = dec.feed(calls, _path(tgid, 100, "/" + str(f)), np.empty(0, PROC_EVENT.dtype))
     assert rows is not None and rows.column("path").to_pylist() == [str(f)] * 2
+
+
+def test_a_batch_held_for_seconds_names_a_file_whose_fd_was_reused_twice(tmp_path):
+    """A drain that waited seconds for a CPU (behind CPU-bound ranks) decodes one batch holding a
+    file's write and two later reuses of its fd, 6 s apart: the batch's fd changes are applied
+    before its calls are looked up, and the fd's history must still hold the first file then."""
+    files = [tmp_path / f"f{i}" for i in range(3)]
+    for f in files:
+        f.write_text("x\n")
+    tgid = _gone_pid()
+    dec = Decoder(FileRegistry(FileFilter(prefixes=(str(tmp_path),), fstypes=None)), Identities())
+    s = 1_000_000_000
+    calls, paths = [], []
+    for i, f in enumerate(files):
+        t = i * 6 * s
+        calls += [_call(tgid, t, "openat", AT_FDCWD, 3, flags=O_WRONLY_CREAT_TRUNC, npaths=1),
+                  _call(tgid, t + s, "write", 3, 2, count=2),
+                  _call(tgid, t + 2 * s, "close", 3, 0)]
+        paths.append(_path(tgid, t, str(f)))
+    rows = dec.feed(_sys(calls), np.concatenate(paths), np.empty(0, PROC_EVENT.dtype))
+    writes = rows.filter(pa.compute.equal(rows.column("syscall"), "write"))
+    assert writes.column("path").to_pylist() == [str(f) for f in files]
+    assert dec.unnamed == 0
