@@ -45,6 +45,8 @@ class DrainPriority:
         self._busy_at = 0.0
         self._tid = threading.get_native_id()
         self._stop = threading.Event()
+        self._guard: threading.Thread | None = None
+        self._wake_guard: int | None = None     # written by close(): the guard's poll returns at once
         # Without CAP_SYS_NICE (as in a container) the niceness stays as it is.
         self.allowed = _renice_thread(DRAIN_NICE) and _renice_thread(self.base)
 
@@ -59,20 +61,45 @@ class DrainPriority:
         poll = select.epoll()
         for fd in fds:
             poll.register(fd, select.EPOLLIN | select.EPOLLET)
+        stop_r, self._wake_guard = os.pipe2(os.O_CLOEXEC)
+        poll.register(stop_r, select.EPOLLIN)
 
         def run():
             _renice_thread(DRAIN_NICE)
-            while not self._stop.is_set():
-                if poll.poll(1.0):
+            while True:
+                woken = poll.poll()
+                if self._stop.is_set():
+                    break
+                if woken:
                     try:
                         os.setpriority(os.PRIO_PROCESS, self._tid, DRAIN_NICE)
                     except OSError:
                         pass
             poll.close()
-        threading.Thread(target=run, name="drain-guard", daemon=True).start()
+            os.close(stop_r)
+        self._guard = threading.Thread(target=run, name="drain-guard", daemon=True)
+        self._guard.start()
 
     def close(self) -> None:
+        """The guard stopped and the draining thread (every thread, if raised) back at the agent's
+        own niceness: an agent used in-process (the live tests, bench/) leaves its caller's
+        thread as it found it."""
         self._stop.set()
+        if self._guard is not None:
+            os.write(self._wake_guard, b"x")
+            self._guard.join()
+            os.close(self._wake_guard)
+            self._guard = None
+        if not self.allowed:
+            return
+        if self.raised:
+            _renice(self.base)
+            self.raised = False
+        else:
+            try:
+                os.setpriority(os.PRIO_PROCESS, self._tid, self.base)
+            except OSError:     # the draining thread has ended
+                pass
 
     def sleeping(self) -> None:
         """Before the draining thread waits: it wakes at DRAIN_NICE."""

@@ -1,10 +1,11 @@
 """The drain's niceness follows its load (agent/priority.py): the draining thread sleeps at
 DRAIN_NICE and drains at the agent's own niceness at a save's pace, every thread is at DRAIN_NICE
 while a ring fills fast, at the agent's own again after CALM_S without; a thread it starts goes
-back to the agent's own (as_own); refused (no CAP_SYS_NICE), it stays where it was and says
+back to the agent's own (as_own); closed, every thread is as it found it; refused (no CAP_SYS_NICE), it stays where it was and says
 nothing. Real setpriority on this
 kernel, in a process of its own: niceness is per thread and the test's must not change."""
 import json
+import os
 import subprocess
 import sys
 
@@ -39,19 +40,28 @@ threads.append(thread())
 p.follow(0.0, 0.02, 11.0 + CALM_S - 0.5); out.append(nice())
 p.follow(0.0, 0.02, 11.0 + CALM_S); out.append(nice())
 p.sleeping(); out.append(nice())
+p.follow(0.06, 0.04, 20.0)
+p.close(); out.append(nice())                               # closed while raised
+p = DrainPriority(); p.sleeping(); p.close(); out.append(nice())   # closed asleep
 stop.set()
 print(json.dumps(out))
 """
 
 
+def _at_nice_0():
+    """The script's niceness known, whatever the test run's (its agent's own is 0)."""
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
 def _steps(prefix=()):
-    res = subprocess.run([*prefix, sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([*prefix, sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60,
+                         preexec_fn=_at_nice_0)
     assert res.returncode == 0 and not res.stderr, res.stderr
     return json.loads(res.stdout)
 
 
 def test_raised_while_a_ring_fills_and_lowered_after_calm():
-    asleep, pace, started, storm, settling, calm, asleep_again = _steps()
+    asleep, pace, started, storm, settling, calm, asleep_again, closed_raised, closed_asleep = _steps()
     assert asleep == [DRAIN_NICE, 0]            # the draining thread alone
     assert pace == [0, 0]
     assert started == [DRAIN_NICE, 0, 0]        # back to the agent's own
@@ -59,10 +69,12 @@ def test_raised_while_a_ring_fills_and_lowered_after_calm():
     assert settling == [DRAIN_NICE] * 3          # the thread started meanwhile inherited it
     assert calm == [0, 0, 0]
     assert asleep_again == [DRAIN_NICE, 0, 0]
+    assert closed_raised == closed_asleep == [0, 0, 0]     # as it found them
 
 
 def test_an_ordinary_user_keeps_its_niceness():
-    assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0, 0], [0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
+    assert _steps(NOBODY) == [[0, 0], [0, 0], [0, 0, 0], [0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0],
+                              [0, 0, 0]]
 
 
 GUARDED = """
@@ -77,14 +89,16 @@ os.write(w, b"x")                           # the kernel's forced wakeup, as the
 end = time.monotonic() + 10
 while os.getpriority(os.PRIO_PROCESS, 0) == calm and time.monotonic() < end:
     time.sleep(0.01)
-print(calm, os.getpriority(os.PRIO_PROCESS, 0))
+roused = os.getpriority(os.PRIO_PROCESS, 0)
 p.close()
+print(calm, roused, os.getpriority(os.PRIO_PROCESS, 0))
 """
 
 
 def test_a_forced_wakeup_rouses_a_calm_drain():
     """A storm that starts while the drain works at the agent's own niceness: the guard thread,
     woken by the ring's fd, puts the draining thread at DRAIN_NICE at once."""
-    res = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True, timeout=60,
+                         preexec_fn=_at_nice_0)
     assert res.returncode == 0 and not res.stderr, res.stderr
-    assert res.stdout.split() == ["0", str(DRAIN_NICE)]
+    assert res.stdout.split() == ["0", str(DRAIN_NICE), "0"]      # and closed, as it found it
