@@ -246,15 +246,19 @@ def _hist(h) -> tuple[list[int], int]:
     return list(h.count), int(h.sum_ns)
 
 
-def read_maps(bpf, groups: list[str], processes: bool) -> Raw:
-    """One read of every aggregate map of the probe groups loaded; the per-process one only
-    when `processes` are wanted (it holds up to 16,384 of them: the longest to read)."""
+def read_maps(bpf, groups: list[str], processes: bool, servers: int) -> Raw:
+    """One read of every aggregate map of the probe groups loaded: of agg_servers, the first
+    `servers` entries (those given out: a walk of all AGG_SERVERS took 512 syscalls a sweep);
+    the per-process map only when `processes` are wanted (it holds up to 16,384 of them: the
+    longest to read)."""
     raw = Raw()
     if "sunrpc" in groups:
         raw.clients = [k.value for k in bpf[b"agg_unmapped"]]
-        for k, v in bpf[b"agg_servers"].items():
+        table = bpf[b"agg_servers"]
+        for i in range(servers):
+            v = table[ctypes.c_int(i)]
             if v.in_use or v.backlog or v.in_use_acc or v.backlog_acc or v.full_ns or v.full_since:
-                raw.servers[k.value] = (v.in_use, v.backlog, v.in_use_acc, v.backlog_acc, v.full_ns, v.full_since)
+                raw.servers[i] = (v.in_use, v.backlog, v.in_use_acc, v.backlog_acc, v.full_ns, v.full_since)
         for k, v in bpf[b"agg_rpcs"].items():
             raw.rpcs[k.client_id, k.procname.decode("utf-8", "replace")] = {
                 span: _hist(getattr(v, span)) for span in SPANS}

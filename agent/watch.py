@@ -207,7 +207,8 @@ class Watcher(Recorder):
     def _sweep(self) -> None:
         """One read of the kernel's aggregates: to the metrics and the triggers."""
         bpf = self.loaded.bpf
-        raw = read_maps(bpf, self.loaded.groups, processes=self.metrics.per_process)
+        raw = read_maps(bpf, self.loaded.groups, processes=self.metrics.per_process,
+                        servers=len(self.aggregator.index))
         swept, writes = self.aggregator.sweep(raw, monotonic_ns())
         write_maps(bpf, writes)
         self.metrics.sweep(swept)
