@@ -45,6 +45,7 @@ import argparse
 import json
 import math
 import os
+import pstats
 import resource
 import statistics
 import subprocess
@@ -101,6 +102,8 @@ def run(out: Path, a) -> dict:
         cmd += ["--agent-args", a.agent_args]
     if a.agent == "watch":
         cmd.append("--watch")
+    if a.agent_profile:
+        cmd.append("--agent-profile")
     busy0, ours0 = host_cpu()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
     busy1, ours1 = host_cpu()
@@ -111,6 +114,7 @@ def run(out: Path, a) -> dict:
     rec["bpf_programs"] = json.loads(meta.read_text())["probes"].get("runtime", {}) if meta.exists() else {}
     # the VM (qemu) is our child: what else kept the host's cores busy meanwhile
     rec["host_other_cpu_s"] = round(max(0.0, (busy1 - busy0) - (ours1 - ours0)), 1)
+    rec["profiles"] = sorted(str(p) for p in out.rglob("agent-*.prof"))
     return rec
 
 
@@ -260,6 +264,9 @@ def main() -> int:
     ap.add_argument("--export-fs", choices=("disk", "tmpfs"),
                     help="the server's export: a tmpfs (the default with --clock icount) or the scenario's "
                          "directory on the VM's disk (the default with --clock wall)")
+    ap.add_argument("--agent-profile", action="store_true",
+                    help="run the agent under cProfile and print where its CPU went, its blocks pooled; the "
+                         "profiler slows the agent's own code, so the ratios of such a run are not the goal's")
     ap.add_argument("--out", type=Path, help="keep the scenario results here (default: a temporary directory)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -270,7 +277,19 @@ def main() -> int:
             rec = run(Path(tmp) / "s", a)
     s = summarize(rec, goal(a.agent, a.clock, a.icount_shift))
     print(json.dumps(s, indent=2) if a.json else show(s))
+    if a.agent_profile:
+        profile(rec["profiles"])
     return 0
+
+
+def profile(paths: list[str]) -> None:
+    """The agent's functions by their own time, every block's profile pooled."""
+    if not paths:
+        print("no agent profile was written (did the agent stop cleanly?)")
+        return
+    stats = pstats.Stats(*paths, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(30)
 
 
 if __name__ == "__main__":

@@ -396,11 +396,15 @@ class Agent:
         self.spec, self.scraper = spec, None
         self.log = open(RESULTS / "agent.log", "w")     # copied into each scenario's results
         self.path, self.number = str(path), 1
+        slotscope = ["slotscope"]
+        if spec.get("agent_profile"):
+            slotscope = [VENV_PY, "-m", "cProfile", "-o", str(OUT / f"agent-{time.monotonic_ns()}.prof"),
+                         "-m", "slotscope.cli.main"]
         if spec.get("watch"):
-            cmd = [*CLI, "slotscope", "watch", "--out", str(INCIDENTS), "--fs", "nfs", "--metrics", spec["metrics"],
+            cmd = [*CLI, *slotscope, "watch", "--out", str(INCIDENTS), "--fs", "nfs", "--metrics", spec["metrics"],
                    *spec["agent_args"]]
         else:
-            cmd = [*CLI, *as_user(spec), "slotscope", "record", "-o", self.path, "--fs", "nfs", *spec["agent_args"]]
+            cmd = [*CLI, *as_user(spec), *slotscope, "record", "-o", self.path, "--fs", "nfs", *spec["agent_args"]]
         self.watching = bool(spec.get("watch"))
         log(f"agent: {' '.join(cmd)}")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

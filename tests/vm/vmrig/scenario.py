@@ -118,6 +118,9 @@ def parser():
                          "with --compare-agent, served on the client namespace's loopback and scraped from "
                          "inside the guest every 15 s, as a fleet's Prometheus would (no NIC, no Prometheus)")
     ap.add_argument("--no-agent", action="store_true", help="run without the agent")
+    ap.add_argument("--agent-profile", action="store_true",
+                    help="run the agent under Python's cProfile: each start writes OUT/<scenario>/agent-<n>.prof "
+                         "(bench/overhead.py --agent-profile; it slows the agent's own code)")
     ap.add_argument("--agent-user", metavar="USER",
                     help="run the agent and the ranks as this ordinary user (created in the guest, uid 1000, "
                          "owning the export's checkpoint directory): what a user without root meets")
@@ -220,6 +223,7 @@ def spec_of(a):
         **({"disk_ms": a.disk_ms} if a.export_fs == "slowdisk" else {}),
         **({"nodes": a.nodes, "node_rate_mbit": {str(n): r for n, r in a.node_rate_mbit}} if a.nodes > 1 else {}),
         **({"watch": True} if a.watch else {}),
+        **({"agent_profile": True} if a.agent_profile else {}),
         "clients": a.client, **({"state_mb": a.state_mb, "saves": a.saves, "save_every": a.save_every}
                                 if a.client else {}),
     }
