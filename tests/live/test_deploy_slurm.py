@@ -123,11 +123,32 @@ def node_base():
     """A root-owned folder reachable by everyone, as /var/lib is (pytest's tmp_path is not)."""
     base = tempfile.mkdtemp(prefix="slotscope-slurm-", dir="/tmp")
     os.chmod(base, 0o711)
-    cgroups = os.path.join(_cgroup2_root(), f"slotscope-slurm-{os.getpid()}")
-    yield base, cgroups
-    for top, dirs, _files in os.walk(cgroups, topdown=False):
+    cgroups = os.path.join(_cgroup2_root(), os.path.basename(base))    # a test's own: one left does not
+    yield base, cgroups                                                 # stop the next from making it
+    left = []
+    for top, _dirs, _files in os.walk(cgroups, topdown=False):
+        left += _emptied(top)
         os.rmdir(top)
     shutil.rmtree(base)
+    assert not left, f"processes left in the node's cgroups after the scripts: {left}"
+
+
+def _emptied(cgroup: str, wait: float = 10.0) -> list[str]:
+    """The processes still in `cgroup` (their command lines), killed. A process the scripts
+    stopped may still be exiting (closing its BPF programs takes a moment): it is given `wait` s."""
+    end, seen = time.monotonic() + wait, []
+    while "populated 1" in open(os.path.join(cgroup, "cgroup.events")).read():
+        if time.monotonic() > end:
+            assert not seen, f"{cgroup}: unkillable processes: {seen}"
+            for pid in open(os.path.join(cgroup, "cgroup.procs")).read().split():
+                try:
+                    seen.append(open(f"/proc/{pid}/cmdline").read().replace("\0", " ").strip())
+                    os.kill(int(pid), signal.SIGKILL)
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
+            end = time.monotonic() + wait
+        time.sleep(0.05)
+    return seen
 
 
 @pytest.mark.parametrize("scoped", [True, False], ids=["job-cgroup", "no-cgroup"])
