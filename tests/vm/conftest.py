@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +30,7 @@ from vmrig import mountstats  # noqa: E402
 from vmrig.image import CACHE_ROOT, KERNELS, cache_key, ensure_image  # noqa: E402
 from vmrig.scenario import expected_bytes, log, parser, run_many, source_key, spec_of  # noqa: E402
 from vmrig.scenarios import NAMED  # noqa: E402
+from vmrig.vm import STOP, choose_accel  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +76,7 @@ def pytest_collection_finish(session):
                 NEEDED.add((name, params.get(name, "6.1")))
     if vm_items:
         _prebuild(["6.1", *sorted({k for _, k in NEEDED} - {"6.1"}, key=list(KERNELS).index)])
+        _background(session.config)
 
 
 PREBUILD: list[subprocess.Popen] = []
@@ -100,9 +103,48 @@ def _prebuild(kernels):
                                          stdin=subprocess.DEVNULL, start_new_session=True))
 
 
+# The instruction-clock boots, run beside the unit and live tiers (_background).
+BACKGROUND: list[threading.Thread] = []
+IDLE_BUDGET = 2 * 900.0     # a boot on idle CPU time beside the live tier: twice run_many's budgets
+
+
+def _background(config):
+    """Every instruction-clock boot the selected tests need starts now, after the images are built,
+    in a thread, its VMs on idle CPU time (SCHED_IDLE) while the unit and live tiers run: a guest's
+    times count its instructions, not the host's load (README.md, "Accelerator"), and the tiers
+    before the VM tier leave a core idle most of the time. A test that needs one of them waits for
+    the thread; what it did not run (a failure before the boots, KVM, which has no instruction
+    clock) its fixture runs as before. Its log: vm-background.log in pytest's temporary directory."""
+    keys = sorted((n, k) for n, k in NEEDED if _icount(n) is not None)
+    if os.geteuid() != 0 or not keys or not all(shutil.which(t) for t in ("qemu-system-x86_64", "chrt")):
+        return
+    factory = config._tmp_path_factory      # the tmp_path_factory fixture's, before any fixture runs
+    path = factory.getbasetemp() / "vm-background.log"
+
+    def run():
+        with open(path, "w", buffering=1) as out:
+            def say(msg):
+                print(f"{time.strftime('%H:%M:%S')} {msg}", file=out)
+            for proc in PREBUILD:
+                proc.wait()
+            if STOP.is_set():
+                return
+            try:
+                if choose_accel(ensure_image(kernel=keys[0][1]), keys[0][1]) != "tcg":
+                    return say("no instruction clock with KVM: the fixtures run these boots")
+                _run_boots(keys[0], factory, idle=True, say=say)
+            except Exception as e:     # the fixtures run what is missing and meet the failure there
+                say(f"stopped: {e!r}")
+    BACKGROUND.append(threading.Thread(target=run, name="vm-background", daemon=True))
+    BACKGROUND[0].start()
+
+
 def pytest_sessionfinish(session):
-    """A build still running when the session ends early (-x, Ctrl-C) is stopped with it (SIGTERM:
-    build-image removes its stage)."""
+    """The background boots are stopped (their VMs killed), and a build still running when the
+    session ends early (-x, Ctrl-C) is stopped with it (SIGTERM: build-image removes its stage)."""
+    STOP.set()
+    for thread in BACKGROUND:
+        thread.join()
     for proc in PREBUILD:
         if proc.poll() is not None:
             continue
@@ -125,13 +167,13 @@ def _spec(name, out):
     return spec_of(parser().parse_args(["--out", str(out), *NAMED[name]]))
 
 
-def _run_boots(key, tmp_path_factory):
+def _run_boots(key, tmp_path_factory, idle=False, say=log):
     """Run the scenario `key` and every other one the session needs on its kernel and clock, in
     the order of NAMED, in shared boots (vmrig.scenario.run_many); stored runs are reused (see
     above). On the instruction clock, the boots of every kernel the session needs run now, as
     many at once as the host has cores: a guest's times count its instructions, not the host's
     load, and TCG with -icount is one host thread. Wall-clock boots run one at a time (their
-    times are the host's)."""
+    times are the host's). idle, say: the VMs on idle CPU time (with longer budgets), the log."""
     name, kernel = key
     icount = _icount(name)
     wanted = {key} | {(n, k) for n, k in NEEDED if (n, k) not in RESULTS and _icount(n) == icount
@@ -147,16 +189,14 @@ def _run_boots(key, tmp_path_factory):
     for k in todo:
         ensure_image(kernel=k)      # one at a time: a build is not to be raced
     with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-        done = dict(zip(todo, pool.map(lambda k: run_many(todo[k], k, icount, log=_kernel_log(k)), todo)))
+        budgets = {"scenario_budget": IDLE_BUDGET, "boot_budget": IDLE_BUDGET} if idle else {}
+        done = dict(zip(todo, pool.map(lambda k: run_many(todo[k], k, icount, log=lambda msg: say(f"{k}: {msg}"),
+                                                          idle=idle, **budgets), todo)))
     for k, runs in todo.items():
         for label, _, out in runs:
             if label in done[k]:
                 RUNS.append((label, out, False))
                 RESULTS[keys[label]] = done[k][label] if isinstance(done[k][label], Exception) else out
-
-
-def _kernel_log(kernel):
-    return lambda msg: log(f"{kernel}: {msg}")
 
 
 def _todo(name, kernel, root, keep):
@@ -252,6 +292,9 @@ def _named(name, kernels=("6.1",)):
         missing = _spec(name, "x")["clients"] and ensure_image(kernel=request.param).manifest["clients"].get("missing")
         if missing:
             pytest.skip(f"no real checkpoint clients in the image of kernel {request.param}: {missing}")
+        if key not in RESULTS and _icount(name) is not None:
+            for thread in BACKGROUND:
+                thread.join()
         if key not in RESULTS:
             _run_boots(key, tmp_path_factory)
         result = RESULTS[key]

@@ -350,10 +350,11 @@ def metrics_spec(spec):
     return {"metrics": BENCH_METRICS, "scrape_s": BENCH_SCRAPE_S, "metrics_nic": False}
 
 
-def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log):
+def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0, log=log, idle=False):
     """Run [(name, spec, out directory)] in as few boots of `kernel` as possible: scenarios of
     one boot_key share a boot, in the order given. A hung scenario is killed with its VM and
-    the scenarios after it get a fresh boot. -> {name: record, or the ScenarioFailed}."""
+    the scenarios after it get a fresh boot. idle: the VMs run on idle CPU time (run_vm).
+    -> {name: record, or the ScenarioFailed}."""
     results, groups = {}, {}
     for item in scenarios:
         key = boot_key(item[1])
@@ -362,7 +363,7 @@ def run_many(scenarios, kernel, icount, scenario_budget=900.0, boot_budget=900.0
         groups.setdefault(key, []).append(item)
     for pending in groups.values():
         while pending:
-            done = _boot(pending, kernel, icount, scenario_budget, boot_budget, log)
+            done = _boot(pending, kernel, icount, scenario_budget, boot_budget, log, idle)
             results.update(done)
             left = [item for item in pending if item[0] not in done]
             if len(left) == len(pending):       # nothing came of the boot: do not loop
@@ -448,7 +449,7 @@ class Scrape:
         return {"target": self.target, "from": self.since, "to": time.time()}
 
 
-def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
+def _boot(pending, kernel, icount, scenario_budget, boot_budget, log, idle=False):
     """One boot running `pending` in order; -> {name: record or ScenarioFailed} for the
     scenarios it ran or hung in (those it never started are left out). With two nodes, a pair
     of VMs: node 2's results go to OUT/node2."""
@@ -469,7 +470,8 @@ def _boot(pending, kernel, icount, scenario_budget, boot_budget, log):
 
     def run(share, watch, net=()):
         return run_vm(image, kernel, share, share / "console.log", boot_budget + scenario_budget * len(pending),
-                      shares=[Share("src", REPO, readonly=True)], log=log, icount=icount, watch=watch, net=net)
+                      shares=[Share("src", REPO, readonly=True)], log=log, icount=icount, watch=watch, net=net,
+                      idle=idle)
     try:
         res = run(share, watch, scrape.nic if scrape else ()) if nodes == 1 else _run_pair(run, shares, watches, log)
         rc, vm_seconds, accel, clock = res.rc, res.seconds, res.accel, res.clock
