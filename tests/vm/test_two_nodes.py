@@ -84,10 +84,10 @@ def test_the_rate_limited_node_is_the_straggler_of_the_torch_save(report):
 
 def test_the_dcp_save_names_no_node_but_the_rate_limited_one(report):
     """DCP's save is collective: it ends with rank 0's .metadata, after every rank's shards. Whether
-    node 2 is late in it depends on node 1's shard writes, CPU-bound under TCG: on a host at load 6
-    they took about as long as node 2's through its link (8 s against 5-10 s at 5 Mbit/s: no node
-    named); on a quiet host 2 s against 8-13 s at 3 Mbit/s (node 2 named: rank 0's .metadata
-    waited for it). Either way node 1 is never named, and a node named is one whose ranks' median
+    node 2 is late in it depends on node 1's shard writes, CPU-bound under TCG. With four ranks a
+    node: on a host at load 6 they took about as long as node 2's through its link (8 s against
+    5-10 s at 5 Mbit/s: no node named); on a quiet host 2 s against 8-13 s at 3 Mbit/s (node 2
+    named: rank 0's .metadata waited for it). With two at 1.5 Mbit/s: 8.2 s against 10.0 s. Either way node 1 is never named, and a node named is one whose ranks' median
     end is at least twice the other's in the rank table of the save."""
     dcp = report["saves"][1]
     named = [f for f in dcp["findings"] if f["kind"] == "straggler_node"]
