@@ -4,7 +4,8 @@ and so is each named scenario, so every test file can use the same runs.
 Each scenario fixture returns the results directory of one scenario (see README.md,
 "Reading the results"): scenario.json, mountstats.*, capture/, ... The first test that
 needs a scenario runs it together with every other scenario the collected tests need on
-the same kernel and clock, in shared boots (README.md, "The plan").
+the same kernel and clock, in shared boots (README.md, "The plan"); the instruction-clock boots
+start at collection, on idle CPU time beside the unit and live tiers (_background).
 
 SLOTSCOPE_VM_RESULTS=DIR keeps the results in DIR/<scenario name> and reuses a stored
 run whose options and checkout sources (agent, bpf, guest scripts: `source_key` in
