@@ -24,6 +24,7 @@ from .mounts import NFS_TYPES, MountTable
 
 AT_FDCWD = -100
 UNKNOWN = -1           # file id of an fd we could not name
+NOT_A_FILE = -2        # file id of an fd that names no file (a pipe, socket, anon inode): skipped as other files are
 HISTORY_NS = 5_000_000_000   # an fd's older mappings kept this long, for writes that started before a close
 # Filesystems whose stat() answers from local state: safe to call from the drain.
 LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "overlay"})
@@ -139,7 +140,7 @@ class FileRegistry:
         self.filter = file_filter
         self.files: list[FileInfo] = []
         self._other: dict[int, tuple[tuple[str, str], FileInfo]] = {}
-        self._next_other = -2
+        self._next_other = NOT_A_FILE - 1
         self._ids: dict[tuple[str, str], int] = {}
         self._mounts: dict[str, MountTable] = {}
         self._ns: dict[int, str] = {}
@@ -205,13 +206,14 @@ class FileRegistry:
         return entry[1] if entry else None
 
     def from_proc(self, tgid: int, fd: int) -> int:
-        """Name an fd from /proc: for fds opened before recording began."""
+        """Name an fd from /proc: for fds opened before recording began, or made by a call not
+        traced (socket(), pipe(), accept()...)."""
         try:
             target = os.readlink(f"/proc/{tgid}/fd/{fd}")
         except OSError:
             return UNKNOWN
         if not target.startswith("/"):
-            return UNKNOWN  # pipe:[..], socket:[..], anon_inode:...
+            return NOT_A_FILE   # pipe:[..], socket:[..], anon_inode:...
         ino = _fdinfo(tgid, fd).get("ino")
         return self.file_id(tgid, target, int(ino) if ino and ino.strip().isdigit() else None)
 
@@ -328,11 +330,17 @@ class FdTable:
         only = np.full(len(uniq), UNKNOWN, np.int64)
         several = []
         earliest = int(times.min()) if times.size else 0
+        latest = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(latest, inverse, times)
         for i, key in enumerate(uniq):
             hist = self.history.get(key)
             if hist is None:
                 self.set(key, 0, resolve(key))
                 hist = self.history[key]
+            elif hist[-1][1] == UNKNOWN and latest[i] > hist[-1][0] and (fid := resolve(key)) != UNKNOWN:
+                # Called after its close: made again by a call not traced (socket(), pipe()...),
+                # named from the close on, which is the generation the kernel gave it.
+                hist[-1] = (hist[-1][0], fid)
             # An fd whose newest mapping is older than the batch (a storm's, though its number
             # had other files before) is one mapping for every row: no search over its rows.
             if len(hist) == 1 or hist[-1][0] <= earliest:

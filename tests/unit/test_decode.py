@@ -1,6 +1,8 @@
 """The decoder across batches: a process's last calls may be read a batch after its exit."""
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 
 import numpy as np
@@ -112,3 +114,37 @@ def test_a_batch_held_for_seconds_names_a_file_whose_fd_was_reused_twice(tmp_pat
     writes = rows.filter(pa.compute.equal(rows.column("syscall"), "write"))
     assert writes.column("path").to_pylist() == [str(f) for f in files]
     assert dec.unnamed == 0
+
+
+def test_pipes_and_sockets_are_skipped_not_counted_as_unnamed_files(tmp_path):
+    """A process's pipe from before the recording, and a socket made (by a call not traced) on the
+    number of a traced file it closed: neither is a file. Their calls are no rows and no loss, and
+    the kernel is told to skip them (a job's gloo sockets and logging pipes would otherwise reach
+    the agent call by call). An fd no longer open anywhere stays unnamed."""
+    f = tmp_path / "f"
+    f.write_text("x\n")
+    tgid = os.getpid()      # /proc names this process's fds as they are now
+    skipped = []
+    dec = Decoder(FileRegistry(FileFilter(prefixes=(str(tmp_path),), fstypes=None)), Identities(),
+                  ignore_fd=lambda *fd: skipped.append(fd))
+    none = np.empty(0, PATH_EVENT.dtype), np.empty(0, PROC_EVENT.dtype)
+    read_end, write_end = os.pipe()
+    sock = socket.socket()
+    try:
+        n = sock.fileno()
+        rows = dec.feed(_sys([_call(tgid, 100, "openat", AT_FDCWD, n, flags=O_WRONLY_CREAT_TRUNC, npaths=1),
+                              _call(tgid, 200, "write", n, 2, count=2),
+                              _call(tgid, 300, "close", n, 0),
+                              _call(tgid, 400, "write", n, 5, count=5),
+                              _call(tgid, 500, "write", write_end, 3, count=3)]),
+                        _path(tgid, 100, str(f)), none[1])
+        assert rows.column("syscall").to_pylist() == ["openat", "write", "close"]
+        assert rows.column("path").to_pylist() == [str(f)] * 3
+        assert dec.unnamed == 0
+        assert sorted(skipped) == sorted([(tgid, n, 310), (tgid, write_end, None)])
+        dec.feed(_sys([_call(tgid, 600, "write", 999, 1, count=1)]), *none)
+        assert dec.unnamed == 1
+    finally:
+        sock.close()
+        os.close(read_end)
+        os.close(write_end)
