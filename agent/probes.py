@@ -734,13 +734,14 @@ class Loaded:
 
     def in_flight(self) -> tuple[np.ndarray, np.ndarray]:
         """(tids, INFLIGHT records) of the traced syscalls entered and not yet returned."""
-        try:
-            items = list(self.bpf[b"inflight"].items())
-        except KeyError:          # the syscalls group is not loaded
-            items = []
+        if "sys_ring" not in self.rings:      # the syscalls group is not loaded
+            return np.empty(0, np.uint32), np.empty(0, INFLIGHT.dtype)
+        # bpf/syscalls.c: a call is in the inflight_slots array (where `live`) or the inflight hash
+        items = [(v.head.tid, v.call) for _, v in self.bpf[b"inflight_slots"].items_lookup_batch() if v.head.hold.live]
+        items += [(k.value, v) for k, v in self.bpf[b"inflight"].items()]
         if not items:
             return np.empty(0, np.uint32), np.empty(0, INFLIGHT.dtype)
-        tids = np.array([k.value for k, _ in items], np.uint32)
+        tids = np.array([tid for tid, _ in items], np.uint32)
         records = b"".join(bytes(v)[: INFLIGHT.dtype.itemsize] for _, v in items)
         return tids, np.frombuffer(records, INFLIGHT.dtype)
 

@@ -66,6 +66,32 @@ static __always_inline void slot_give_back(struct slot_hold *h)
     __sync_fetch_and_add(&h->claims, -1);
 }
 
+/* Per-thread tables (a thread's pending I/O below, its syscall in flight: bpf/syscalls.c) are
+ * direct-mapped by thread id; only the thread itself touches its record. A slot's head, and its
+ * logic; each table has its own three accessors (find, put, done), alike: BCC compiles no map
+ * call inside a macro ("cannot use map function inside a macro"). */
+struct thread_hold {
+    u32 tid;
+    struct slot_hold hold;
+};
+
+static __always_inline int held_by(struct thread_hold *h, u32 tid)
+{
+    return h->hold.live && h->tid == tid;
+}
+
+/* Whether the slot is now the thread's: it was, or it was free and is taken (the caller fills
+ * its record, then sets `live`). */
+static __always_inline int hold_for(struct thread_hold *h, u32 tid)
+{
+    if (held_by(h, tid))
+        return 1;
+    if (!slot_take(&h->hold))
+        return 0;
+    h->tid = tid;
+    return 1;
+}
+
 /* nfs_initiate_{write,commit,read} fire in the issuing thread just before it starts
  * the RPC task (rpc_execute -> rpc_task_begin, same thread): the nfs group leaves the
  * I/O here by thread id and the sunrpc group attaches it to the task. The nfs_owner group's
@@ -83,8 +109,7 @@ struct pending_io {
 #define PENDING_SLOTS 4096
 struct pending_slot {
     struct pending_io io;
-    u32 tid;
-    struct slot_hold hold;
+    struct thread_hold head;
 };
 BPF_ARRAY(pending_slots, struct pending_slot, PENDING_SLOTS);
 BPF_HASH(pending_io, u32, struct pending_io, 4096);
@@ -92,44 +117,34 @@ BPF_HASH(pending_io, u32, struct pending_io, 4096);
 static __always_inline struct pending_slot *pending_slot(u32 tid)
 {
     u32 i = tid % PENDING_SLOTS;
-    struct pending_slot *s = pending_slots.lookup(&i);
-    return s && s->hold.live && s->tid == tid ? s : 0;
+    return pending_slots.lookup(&i);
 }
 
 /* The thread's pending I/O, or 0. */
 static __always_inline struct pending_io *pending_find(u32 tid)
 {
     struct pending_slot *s = pending_slot(tid);
-    if (s)
-        return &s->io;
-    return pending_io.lookup(&tid);
+    return s && held_by(&s->head, tid) ? &s->io : pending_io.lookup(&tid);
 }
 
 /* Leave `io` as the thread's pending I/O, in place of any it had. */
 static __always_inline void pending_put(u32 tid, struct pending_io *io)
 {
     struct pending_slot *s = pending_slot(tid);
-    if (s) {
+    if (s && hold_for(&s->head, tid)) {
         s->io = *io;
-        return;
+        s->head.hold.live = 1;
+    } else {
+        pending_io.update(&tid, io);
     }
-    u32 i = tid % PENDING_SLOTS;
-    s = pending_slots.lookup(&i);
-    if (s && slot_take(&s->hold)) {
-        s->io = *io;
-        s->tid = tid;
-        s->hold.live = 1;
-        return;
-    }
-    pending_io.update(&tid, io);
 }
 
 /* The thread's pending I/O is taken. */
 static __always_inline void pending_done(u32 tid)
 {
     struct pending_slot *s = pending_slot(tid);
-    if (s)
-        slot_give_back(&s->hold);
+    if (s && held_by(&s->head, tid))
+        slot_give_back(&s->head.hold);
     else
         pending_io.delete(&tid);
 }

@@ -132,8 +132,7 @@ TRACEPOINT_PROBE(nfs, nfs_readpage_done)
 #ifdef SYSCALLS_GROUP
 static __always_inline int nfs_call_enter(u16 call)
 {
-    u32 tid = bpf_get_current_pid_tgid();
-    struct inflight *in = inflight.lookup(&tid);
+    struct inflight *in = inflight_find(bpf_get_current_pid_tgid());
     if (!in)
         return 0;
     if (in->nfs_depth++ == 0)
@@ -144,8 +143,7 @@ static __always_inline int nfs_call_enter(u16 call)
 
 static __always_inline int nfs_call_exit(void)
 {
-    u32 tid = bpf_get_current_pid_tgid();
-    struct inflight *in = inflight.lookup(&tid);
+    struct inflight *in = inflight_find(bpf_get_current_pid_tgid());
     if (!in || in->nfs_depth == 0)
         return 0;
     if (--in->nfs_depth == 0)

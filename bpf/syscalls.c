@@ -34,7 +34,16 @@ typedef int rwf_t;  /* pwritev2's format names it; the headers BCC uses lack it 
 #define F_DUPFD_CLOEXEC_VAL 1030
 #define IOV_SUM_MAX 8
 
-/* struct inflight (agent/layouts.py INFLIGHT): a syscall between enter and exit. */
+/* struct inflight (agent/layouts.py INFLIGHT): a syscall between enter and exit, per thread,
+ * direct-mapped (common.h) by thread id: made, found and dropped once a call each, and found
+ * again by the nfs group's NFS calls inside it (bpf/nfs.c). Where another thread's call held the
+ * index, in the hash. The agent reads both every second (who is blocked: agent/probes.py). */
+#define INFLIGHT_SLOTS 1024
+struct inflight_slot {
+    struct inflight call;
+    struct thread_hold head;
+};
+BPF_ARRAY(inflight_slots, struct inflight_slot, INFLIGHT_SLOTS);
 BPF_HASH(inflight, u32, struct inflight, 16384);
 BPF_TABLE("lru_hash", u64, u64, fd_gen, 131072);
 BPF_TABLE("lru_hash", u64, u64, fd_ignore, 131072);
@@ -62,6 +71,39 @@ static __always_inline int wanted(u64 pid_tgid)
         return 0;
 #endif
     return 1;
+}
+
+static __always_inline struct inflight_slot *inflight_slot(u32 tid)
+{
+    u32 i = tid % INFLIGHT_SLOTS;
+    return inflight_slots.lookup(&i);
+}
+
+/* The thread's call in flight, or 0. */
+static __always_inline struct inflight *inflight_find(u32 tid)
+{
+    struct inflight_slot *s = inflight_slot(tid);
+    return s && held_by(&s->head, tid) ? &s->call : inflight.lookup(&tid);
+}
+
+/* `in` as the thread's call in flight, in place of any it had. -> 0, or the hash's error. */
+static __always_inline int inflight_put(u32 tid, struct inflight *in)
+{
+    struct inflight_slot *s = inflight_slot(tid);
+    if (!s || !hold_for(&s->head, tid))
+        return inflight.update(&tid, in);
+    s->call = *in;
+    s->head.hold.live = 1;
+    return 0;
+}
+
+static __always_inline void inflight_done(u32 tid)
+{
+    struct inflight_slot *s = inflight_slot(tid);
+    if (s && held_by(&s->head, tid))
+        slot_give_back(&s->head.hold);
+    else
+        inflight.delete(&tid);
 }
 
 static __always_inline u64 fd_key(u32 tgid, s32 fd)
@@ -235,8 +277,7 @@ static __always_inline int enter(u16 op, s32 fd, s32 fd2, u64 count, s64 offset,
     in.flags = flags;
     in.path1 = (u64)path1;
     in.path2 = (u64)path2;
-    u32 tid = id;
-    if (inflight.update(&tid, &in))
+    if (inflight_put(id, &in))
         count_loss(LOSS_INFLIGHT_FULL);
     return 0;
 }
@@ -256,8 +297,7 @@ static __always_inline int enter_vec(u16 op, s32 fd, const void *vec, u64 vlen, 
     }
     int ret = enter(op, fd, -1, total, offset, 0, 0, 0, 1);
     if (vlen > IOV_SUM_MAX) {
-        u32 tid = bpf_get_current_pid_tgid();
-        struct inflight *in = inflight.lookup(&tid);
+        struct inflight *in = inflight_find(bpf_get_current_pid_tgid());
         if (in)
             in->partial = 1;
     }
@@ -268,8 +308,7 @@ static __always_inline int enter_vec(u16 op, s32 fd, const void *vec, u64 vlen, 
 static __always_inline int enter_stat(u16 op, s32 dfd, u32 flags, const void *path, const void *buf)
 {
     int ret = enter(op, dfd, -1, 0, -1, flags, path, 0, 0);
-    u32 tid = bpf_get_current_pid_tgid();
-    struct inflight *in = inflight.lookup(&tid);
+    struct inflight *in = inflight_find(bpf_get_current_pid_tgid());
     if (in)
         in->buf = (u64)buf;
     return ret;
@@ -388,7 +427,7 @@ static __always_inline int leave(long ret, int paths)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = id;
-    struct inflight *in = inflight.lookup(&tid);
+    struct inflight *in = inflight_find(tid);
     if (!in)
         return 0;
     s64 now = bpf_ktime_get_ns();
@@ -452,7 +491,7 @@ static __always_inline int leave(long ret, int paths)
     e->partial = in->partial;
     sys_ring.ringbuf_submit(e, wake_flags(SYS_RING_ID, SYS_RING_WAKE, 0));
 out:
-    inflight.delete(&tid);
+    inflight_done(tid);
     return 0;
 }
 
