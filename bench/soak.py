@@ -19,12 +19,17 @@ spikes); the same two for RSS less the flight recorder's rows (its metric; bound
 --keep-size, they fill as the host's events come); the fds first, last and most. The verdict: flat if that slope, RSS less
 the rows, is under --bound MiB an hour and the last sample has as many fds as the first.
 
+With --own-cgroup the saves run in a cgroup of their own and watch traces that cgroup (`watch
+--cgroup`) as well as the path: the host's other processes' calls are dropped in the kernel, so
+their bursts (which the first hours' RSS steps came with) are not in the memory measured.
+
 slow_save is off: on a host shared with other jobs, one save whose fsync waits three times the
 median is the disk's weather, and an incident (its capture, its analysis process) would be
 in the memory measured. The other triggers keep their defaults: none should fire.
 
     sudo .venv/bin/python bench/soak.py [--minutes 60] [--interval 20] [--every 15] [--ranks 4]
                                         [--mib 8] [--small-mib 1] [--warmup 150] [--bound 5]
+                                        [--own-cgroup]
 """
 from __future__ import annotations
 
@@ -67,7 +72,7 @@ CALLS_PER_SAVE = 4      # besides its write()s: open, fsync, close, rename
 class Watch:
     """`slotscope watch` on `traced`, its log in a file (an hour of it would fill a pipe nobody reads)."""
 
-    def __init__(self, work: str, traced: str):
+    def __init__(self, work: str, traced: str, cgroup: str | None):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.url = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
@@ -75,7 +80,8 @@ class Watch:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "slotscope.cli", "watch", "--out", os.path.join(work, "out"),
-                 "--path", traced, "--metrics", self.url.split("/")[2], "--trigger", "slow_save=off"],
+                 "--path", traced, *(["--cgroup", cgroup] if cgroup else []), "--metrics", self.url.split("/")[2],
+                 "--trigger", "slow_save=off"],
                 stdout=subprocess.DEVNULL, stderr=log)
         self.pid = self.proc.pid
         end = time.monotonic() + 300        # the BPF compile, on a busy host
@@ -156,9 +162,11 @@ def _rss(pid: int) -> int:
         return 0                # exited, or a zombie
 
 
-def save(folder: str, ranks: int, small: int, big: int) -> int:
-    """One save by `ranks` new processes at once; -> the file calls they made."""
-    procs = [subprocess.Popen([sys.executable, "-c", RANK, folder, str(r), str(small), str(big)])
+def save(folder: str, ranks: int, small: int, big: int, cgroup: str | None) -> int:
+    """One save by `ranks` new processes at once (in `cgroup`, if any); -> the file calls they made."""
+    # Each rank moves itself into the cgroup before it execs, so all its calls are in it.
+    into = ["/bin/sh", "-c", 'echo $$ > "$0"/cgroup.procs && exec "$@"', cgroup] if cgroup else []
+    procs = [subprocess.Popen([*into, sys.executable, "-c", RANK, folder, str(r), str(small), str(big)])
              for r in range(ranks)]
     if any(p.wait() for p in procs):
         raise SystemExit("a rank's save failed")
@@ -190,11 +198,20 @@ def floors(samples: list[dict], parts: int = 6, value=lambda s: s["rss"]) -> lis
     return low
 
 
-def soak(args, work: str) -> dict:
+def cgroup2_root() -> str:
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            _, where, fstype, *_ = line.split()
+            if fstype == "cgroup2":
+                return where
+    raise SystemExit("--own-cgroup: no cgroup v2 hierarchy mounted")
+
+
+def soak(args, work: str, cgroup: str | None) -> dict:
     traced = os.path.join(work, "data")
     os.mkdir(traced)
     load = [os.getloadavg()[0]]
-    watch = Watch(work, traced)
+    watch = Watch(work, traced, cgroup)
     small, big = int(args.small_mib * 256), args.mib
     start = time.monotonic()
     end, next_save, next_sample = start + args.minutes * 60, start, start + args.warmup
@@ -204,7 +221,7 @@ def soak(args, work: str) -> dict:
         while True:
             now = time.monotonic()
             if now >= next_save:
-                calls += save(traced, args.ranks, small, big)
+                calls += save(traced, args.ranks, small, big, cgroup)
                 saves += 1
                 next_save += args.every
             if now >= next_sample or now >= end:
@@ -253,20 +270,28 @@ def main() -> int:
     p.add_argument("--mib", type=int, default=8, help="MiB each writes in 1 MiB write()s (default 8)")
     p.add_argument("--small-mib", type=float, default=1.0, help="MiB each writes in 4 KiB write()s first (default 1)")
     p.add_argument("--bound", type=float, default=5.0, help="flat: RSS slope under this many MiB/h (default 5)")
+    p.add_argument("--own-cgroup", action="store_true",
+                   help="the saves in a cgroup of their own, which watch traces: the host's other calls are not in it")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))    # the finally clauses stop watch, remove the data
     if os.geteuid() != 0:
         print("needs root (BPF)", file=sys.stderr)
         return 1
     work = tempfile.mkdtemp(prefix="slotscope-soak-", dir="/var/tmp")
+    cgroup = os.path.join(cgroup2_root(), os.path.basename(work)) if args.own_cgroup else None
+    if cgroup:
+        os.mkdir(cgroup)
     try:
-        r = soak(args, work)
+        r = soak(args, work, cgroup)
     finally:
         shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
+        if cgroup:
+            os.rmdir(cgroup)        # empty: every save's ranks were awaited
     flat = r["rest_slope"] < args.bound and r["fds"][0] == r["fds"][1]
     print(f"\nsoak: {r['minutes']:.1f} min, {r['saves']} saves of {args.ranks} ranks x "
           f"({args.small_mib:g} MiB in 4 KiB + {args.mib} MiB in 1 MiB write()s, fsync, rename)")
-    print(f"file calls made: {r['calls']:,}; the agent's events (every process's): {r['events']:,.0f}; "
+    print(f"file calls made: {r['calls']:,}; the agent's events ({'the cgroup' if cgroup else 'every process'}'s): "
+          f"{r['events']:,.0f}; "
           f"lost: {_by(r['lost'])}; incidents: {_by(r['incidents'])}")
     print(f"RSS (MiB): {r['rss_start']:.1f} after the warm-up, {r['rss_end']:.1f} at the end, "
           f"min {r['rss_min']:.1f}, max {r['rss_max']:.1f}; slope over the second half "
