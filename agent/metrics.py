@@ -12,6 +12,7 @@ trigger. Per-process series (pid, comm, rank) are off by default; with them on, 
 """
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import threading
@@ -30,6 +31,7 @@ LATENCY_BUCKETS_S = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 
                      1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BOUNDS_NS = np.array([b * 1e9 for b in LATENCY_BUCKETS_S])
 OTHER = "other"
+IDENTS_MAX = 4096     # processes named for the per-process series before they write
 FD_CALLS = pa.array(FD_OPS)     # the calls on an fd that make rows: the kernel adds them up
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -71,7 +73,8 @@ class Metrics:
         self._written: dict[str, int] = {}                      # mount -> bytes
         self._process_written: dict[tuple[str, str, str], int] = {}   # (pid, comm, rank) -> bytes
         self._process_blocked: dict[tuple[str, str, str], float] = {}  # (pid, comm, rank) -> s in traced calls
-        self._idents: dict[int, tuple[str, str]] = {}            # tgid -> (comm, rank)
+        self._idents: dict[int, tuple[str, str]] = {}            # tgid -> (comm, rank): the newest IDENTS_MAX
+        self._keys: dict[int, tuple[str, str, str]] = {}         # tgid -> its series' labels, once it has them
         self._occupancy: dict[str, dict[str, float]] = {name: {} for name in OCCUPANCY}   # -> server -> s
         self._lost: dict[str, int] = {}
         self._incidents: dict[str, int] = {}
@@ -161,15 +164,20 @@ class Metrics:
                 self._add_process(tgid, 0, ns)
 
     def _process_key(self, tgid: int) -> tuple[str, str, str]:
-        comm, rank = self._idents.get(tgid, ("", ""))
-        key = (str(tgid), comm, rank)
-        if key in self._process_written or len(self._process_written) < self.process_cap:
-            return key
-        return (OTHER, "", "")
+        key = self._keys.get(tgid)
+        if key is None and len(self._keys) < self.process_cap:
+            key = self._keys[tgid] = (str(tgid), *self._idents.get(tgid, ("", "")))
+        return key or (OTHER, "", "")
 
     def _procs(self, rows: pa.Table) -> None:
+        """Each process's name and rank, for the per-process series' labels: only with them, and
+        only the newest IDENTS_MAX (a daemon sees every process the host starts for weeks)."""
+        if not self.per_process:
+            return
         for r in rows.select(["tgid", "comm", "rank"]).to_pylist():
             self._idents[r["tgid"]] = (r["comm"] or "", "" if r["rank"] is None else str(r["rank"]))
+        for tgid in list(itertools.islice(self._idents, max(0, len(self._idents) - IDENTS_MAX))):
+            del self._idents[tgid]
 
     def _loss(self, rows: pa.Table) -> None:
         for counter, lost in zip(rows["counter"].to_pylist(), rows["lost"].to_pylist()):

@@ -247,3 +247,24 @@ def test_the_endpoint_serves_before_the_probes_are_loaded(tmp_path):
     from slotscope.agent.watch import Watcher, WatchOptions
     got = scrape(Watcher(WatchOptions(output=str(tmp_path / "out")), ["slotscope", "watch"]).metrics)
     assert got["slotscope_events_total"] == 0 and got["slotscope_flight_recorder_seconds"] == 0
+
+
+def test_a_daemon_keeps_no_name_of_every_process_it_saw():
+    """Every process the host starts reaches the metrics as a procs row: without the per-process
+    series none is kept, with them the newest IDENTS_MAX, and a process's series keeps the labels
+    it got even after its name is let go."""
+    from slotscope.agent.aggregates import Sweep
+    from slotscope.agent.metrics import IDENTS_MAX
+
+    def procs(tgids):
+        return pa.Table.from_pylist([{"ts": 0, "tgid": t, "comm": f"p{t}", "rank": None} for t in tgids], schema=PROCS)
+    off = Metrics()
+    off.observe("procs", procs(range(1000)))
+    assert not off._idents
+    on = Metrics(per_process=True, process_cap=1)
+    on.observe("procs", procs([5]))
+    on.sweep(Sweep(processes={5: (4096, 0)}))
+    on.observe("procs", procs(range(10, 10 + 3 * IDENTS_MAX)))
+    on.sweep(Sweep(processes={5: (4096, 0)}))      # what each sweep added
+    assert len(on._idents) == IDENTS_MAX and 5 not in on._idents
+    assert float(scrape(on)['slotscope_process_written_bytes_total{comm="p5",pid="5",rank=""}']) == 8192
