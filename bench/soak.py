@@ -51,6 +51,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from memory import MiB, status
 from syscall_overhead import cpu_seconds
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+import cgroups  # noqa: E402  (tests/cgroups.py, which the live tests use too)
+
 STOP_S = 10.0           # watch must exit this soon after SIGTERM
 # argv: folder, rank, 4 KiB write()s, 1 MiB write()s. A rank's save: write a temporary, fsync, rename.
 RANK = """
@@ -164,9 +167,7 @@ def _rss(pid: int) -> int:
 
 def save(folder: str, ranks: int, small: int, big: int, cgroup: str | None) -> int:
     """One save by `ranks` new processes at once (in `cgroup`, if any); -> the file calls they made."""
-    # Each rank moves itself into the cgroup before it execs, so all its calls are in it.
-    into = ["/bin/sh", "-c", 'echo $$ > "$0"/cgroup.procs && exec "$@"', cgroup] if cgroup else []
-    procs = [subprocess.Popen([*into, sys.executable, "-c", RANK, folder, str(r), str(small), str(big)])
+    procs = [subprocess.Popen([*(cgroups.into(cgroup) if cgroup else []), sys.executable, "-c", RANK, folder, str(r), str(small), str(big)])
              for r in range(ranks)]
     if any(p.wait() for p in procs):
         raise SystemExit("a rank's save failed")
@@ -196,15 +197,6 @@ def floors(samples: list[dict], parts: int = 6, value=lambda s: s["rss"]) -> lis
         i = min(parts - 1, int((s["t"] - samples[0]["t"]) / span))
         low[i] = min(low[i], value(s) / MiB)
     return low
-
-
-def cgroup2_root() -> str:
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            _, where, fstype, *_ = line.split()
-            if fstype == "cgroup2":
-                return where
-    raise SystemExit("--own-cgroup: no cgroup v2 hierarchy mounted")
 
 
 def soak(args, work: str, cgroup: str | None) -> dict:
@@ -278,8 +270,12 @@ def main() -> int:
         print("needs root (BPF)", file=sys.stderr)
         return 1
     work = tempfile.mkdtemp(prefix="slotscope-soak-", dir="/var/tmp")
-    cgroup = os.path.join(cgroup2_root(), os.path.basename(work)) if args.own_cgroup else None
-    if cgroup:
+    cgroup = None
+    if args.own_cgroup:
+        if (root := cgroups.cgroup2_root()) is None:
+            print("--own-cgroup: no cgroup v2 hierarchy mounted", file=sys.stderr)
+            return 1
+        cgroup = os.path.join(root, os.path.basename(work))
         os.mkdir(cgroup)
     try:
         r = soak(args, work, cgroup)

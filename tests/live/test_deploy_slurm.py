@@ -14,6 +14,7 @@ import time
 
 import pyarrow.compute as pc
 import pytest
+from cgroups import cgroup2_root, into
 
 from slotscope.capture.reader import Capture
 
@@ -44,17 +45,15 @@ while True:
 
 
 def _cgroup2_root() -> str:
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            point, fstype = line.split()[1:3]
-            if fstype == "cgroup2":
-                return point
-    pytest.skip("no cgroup v2 hierarchy mounted")
+    root = cgroup2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 hierarchy mounted")
+    return root
 
 
 def _in_cgroup(cgroup: str, argv: list[str], **kw) -> subprocess.Popen:
-    """argv started inside `cgroup` (it moves itself there, then execs)."""
-    return subprocess.Popen(["/bin/sh", "-c", 'echo $$ > "$0"/cgroup.procs && exec "$@"', cgroup, *argv], **kw)
+    """argv started inside `cgroup`."""
+    return subprocess.Popen([*into(cgroup), *argv], **kw)
 
 
 class Node:

@@ -8,6 +8,7 @@ import time
 
 import pyarrow.compute as pc
 import pytest
+from cgroups import cgroup2_root
 from livehelp import slotscope, start_slotscope, wait_recording
 
 from slotscope.agent.clock import sync_state
@@ -229,18 +230,9 @@ def test_disk_full_stops_cleanly(tmp_path):
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-def _cgroup2_root():
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            dev, point, fstype = line.split()[:3]
-            if fstype == "cgroup2":
-                return point
-    return None
-
-
 def test_cgroup_filter(tmp_path):
     """--cgroup: only tasks in that cgroup v2 directory."""
-    root = _cgroup2_root()
+    root = cgroup2_root()
     if root is None:
         pytest.skip("no cgroup v2 hierarchy mounted")
     group = os.path.join(root, f"slotscope-test-{os.getpid()}")
