@@ -330,17 +330,20 @@ class FdTable:
         only = np.full(len(uniq), UNKNOWN, np.int64)
         several = []
         earliest = int(times.min()) if times.size else 0
-        latest = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
-        np.maximum.at(latest, inverse, times)
+        latest = None       # each key's latest call, for fds closed before the batch's end
         for i, key in enumerate(uniq):
             hist = self.history.get(key)
             if hist is None:
                 self.set(key, 0, resolve(key))
                 hist = self.history[key]
-            elif hist[-1][1] == UNKNOWN and latest[i] > hist[-1][0] and (fid := resolve(key)) != UNKNOWN:
-                # Called after its close: made again by a call not traced (socket(), pipe()...),
-                # named from the close on, which is the generation the kernel gave it.
-                hist[-1] = (hist[-1][0], fid)
+            elif hist[-1][1] == UNKNOWN:
+                if latest is None:
+                    latest = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
+                    np.maximum.at(latest, inverse, times)
+                if latest[i] > hist[-1][0] and (fid := resolve(key)) != UNKNOWN:
+                    # Called after its close: made again by a call not traced (socket(), pipe()...),
+                    # named from the close on, which is the generation the kernel gave it.
+                    hist[-1] = (hist[-1][0], fid)
             # An fd whose newest mapping is older than the batch (a storm's, though its number
             # had other files before) is one mapping for every row: no search over its rows.
             if len(hist) == 1 or hist[-1][0] <= earliest:
