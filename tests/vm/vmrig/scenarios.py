@@ -108,10 +108,11 @@ NAMED = {
     # saves 1 MiB with torch.save, then with DCP 12 s later (more than save_gap_s). Node 2's link
     # is held to 1.5 Mbit/s: its 2 MiB a save take 11 s or more; torch.save's ranks end on their
     # own, node 1's in 1-3.4 s (four ranks a node: 3.4 s on a host at load 6, when node 2's were
-    # 2.9x later at 5 Mbit/s, against straggler_node's 2x). DCP's collective save ends on every rank at once, so no node can be
-    # named late in it. ftrace of svc_process on the server gives the server's receipt of each of
-    # node 2's RPCs, which bounds the clocks' offset (test_two_nodes.py). Without --client the
-    # pair runs the rig's writers (by hand: a kernel whose image has no torch).
+    # 2.9x later at 5 Mbit/s, against straggler_node's 2x). DCP's collective save ends on every
+    # rank at once, so no node can be named late in it. ftrace of svc_process on the server gives
+    # the server's receipt of each of node 2's RPCs, which bounds the clocks' offset
+    # (test_two_nodes.py). Without --client the pair runs the rig's writers (by hand: a kernel
+    # whose image has no torch).
     "two_nodes": ["--nodes", "2", "--node-rate-mbit", "2:1.5", "--nfs-vers", "4.2", "--ranks", "4",
                   "--state-mb", "1", "--save-every", "12", "--client", "torch-save", "--client", "dcp",
                   "--ftrace", "sunrpc:svc_process",
