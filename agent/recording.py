@@ -59,7 +59,7 @@ class RecordOptions:
     quit_signal: int | None = None  # a signal that means the user quit (record --tui's q): stop reason QUIT
     bpf: str = "auto"               # one of BPF_MODES
     interval: float = 0.1           # s between samples, when sampling
-    bpf_stats: bool = True          # the programs' run time (probes.Loaded.measure_programs)
+    bpf_stats: bool = False         # the programs' run time (probes.Loaded.measure_programs): the machine's
 
     def file_filter(self) -> FileFilter:
         fs = self.fs or ("any" if self.paths else "nfs")

@@ -53,7 +53,6 @@ ROWS_READ = frozenset(OBSERVERS) | frozenset(TRIGGER_TABLES)
 
 @dataclass
 class WatchOptions(RecordOptions):
-    bpf_stats: bool = False                          # a daemon leaves the machine's BPF statistics alone
     keep: float = KEEP_S
     keep_size: int = KEEP_BYTES
     after: float = AFTER_S

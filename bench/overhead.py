@@ -17,6 +17,7 @@ and clock, else 97%) is met or not only when the interval says so. Needs root an
 (qemu; tests/vm/README.md).
 
     sudo .venv/bin/python bench/overhead.py [--agent record|watch] [--blocks 8] [--repeat 1] [--file-mb 0.5]
+                                            [--bpf-stats]
                                             [--clock icount|wall] [--icount-shift 0] [--json] [--out DIR]
 
 The clock (under TCG; with KVM the guest runs on the real one):
@@ -35,7 +36,7 @@ The clock (under TCG; with KVM the guest runs on the real one):
   other processes used meanwhile.
 
 Per round it also shows the guest's CPU use and, with the agent, the agent process's
-user+system CPU and its BPF programs' run time during the writers (where the cost goes),
+user+system CPU and (--bpf-stats) its BPF programs' run time during the writers (where the cost goes),
 its resident memory at the round's end (its BPF ring pages count), and with watch the
 incidents it opened during the round (small_sync should open none).
 """
@@ -98,8 +99,9 @@ def run(out: Path, a) -> dict:
            "--timeout", str(SCENARIO_S + BLOCK_S * a.blocks * a.repeat), *args]
     if a.clock == "icount":
         cmd += ["--icount", str(a.icount_shift)]
-    if a.agent_args:
-        cmd += ["--agent-args", a.agent_args]
+    agent_args = f"{a.agent_args} --bpf-stats" if a.bpf_stats else a.agent_args
+    if agent_args:
+        cmd += ["--agent-args", agent_args]
     if a.agent == "watch":
         cmd.append("--watch")
     if a.agent_profile:
@@ -133,7 +135,7 @@ def summarize(rec: dict, goal: float = GOAL) -> dict:
             "agent_cpu_s": round((u.get("agent_user_ns", 0) + u.get("agent_sys_ns", 0)) / 1e9, 3) if r["agent"] else None,
             "agent_cpu_pct": round(100 * (u.get("agent_user_ns", 0) + u.get("agent_sys_ns", 0)) / 1e9 / secs, 1)
             if r["agent"] else None,
-            # None: not measured (watch without --bpf-stats leaves the kernel's BPF statistics off)
+            # None: not measured (without --bpf-stats the kernel's BPF statistics stay off)
             "agent_bpf_s": round(u["agent_bpf_ns"] / 1e9, 3) if u.get("agent_bpf_ns") else None,
             "agent_rss_mib": round(r["agent_rss_bytes"] / 2**20, 1) if "agent_rss_bytes" in r else None,
             "incidents_opened": r.get("incidents_opened"),
@@ -159,21 +161,39 @@ def summarize(rec: dict, goal: float = GOAL) -> dict:
         "incidents_opened": sum(r["incidents_opened"] or 0 for r in rows),
         "scrapes": rec.get("scrapes"),
         "vm_seconds": rec["host_seconds"]["vm"], "host_other_cpu_s": rec.get("host_other_cpu_s"),
-        "bpf_programs": programs(rec.get("bpf_programs", {})),
+        "bpf_programs": programs(rec.get("bpf_programs", {}), rec.get("stats_cost_ns")),
+        "bpf_per_write": per_write(rec.get("bpf_programs", {}), rec.get("stats_cost_ns"), rec.get("clock", "wall")),
     }
 
 
 RPC_DONE = "tracepoint__sunrpc__rpc_stats_latency"   # runs once per RPC (attempt)
+WRITES = "tracepoint__nfs__nfs_initiate_write"       # once per WRITE RPC the client sends
 
 
-def programs(runtime: dict) -> list[dict]:
-    """The agent's BPF programs over its last block, costliest first: runs, ns per run,
-    and runs per RPC."""
+def per_write(runtime: dict, stats_cost_ns: float | None, clock: str) -> dict | None:
+    """All programs' run time over the last block per WRITE RPC: as the statistics measured it,
+    and net of their own cost a run (stats_cost_ns: an empty program's, measured in the guest),
+    which a run does not carry with them off; in instructions too, on the instruction clock."""
+    writes = runtime.get(WRITES, {}).get("run_cnt", 0)
+    if not writes:
+        return None
+    gross = sum(p["run_ns"] for p in runtime.values()) / writes
+    net = gross - sum(p["run_cnt"] for p in runtime.values()) * stats_cost_ns / writes if stats_cost_ns else None
+    ns_per_insn = 2 ** int(clock.split("=")[1]) if clock.startswith("icount shift=") else None
+    return {"writes": writes, "stats_cost_ns": stats_cost_ns, "ns": round(gross), "net_ns": net and round(net),
+            "instructions": ns_per_insn and round(gross / ns_per_insn),
+            "net_instructions": ns_per_insn and net and round(net / ns_per_insn)}
+
+
+def programs(runtime: dict, stats_cost_ns: float | None = None) -> list[dict]:
+    """The agent's BPF programs over its last block, costliest first: runs, ns per run (and
+    net of the statistics' own cost, where measured), and runs per RPC."""
     rpcs = runtime.get(RPC_DONE, {}).get("run_cnt", 0)
     total = sum(p["run_ns"] for p in runtime.values()) or 1
     return [{"program": name, "runs": p["run_cnt"], "run_s": round(p["run_ns"] / 1e9, 4),
              "share": round(p["run_ns"] / total, 4),
              "ns_per_run": round(p["run_ns"] / p["run_cnt"]) if p["run_cnt"] else None,
+             "net_ns_per_run": round(p["run_ns"] / p["run_cnt"] - stats_cost_ns) if stats_cost_ns else None,
              "runs_per_rpc": round(p["run_cnt"] / rpcs, 2) if rpcs else None}
             for name, p in sorted(runtime.items(), key=lambda kv: -kv[1]["run_ns"]) if p["run_cnt"]]
 
@@ -225,10 +245,19 @@ def show(s: dict) -> str:
     if progs:
         lines.append(f"the agent's BPF programs over its last block, the costliest {min(12, len(progs))} of "
                      f"{len(progs)} (ns: guest time; per RPC: runs per RPC accounted):")
-        lines.append(f"  {'program':<44} {'runs':>8} {'per RPC':>7} {'ns/run':>7} {'share':>6}")
+        lines.append(f"  {'program':<44} {'runs':>8} {'per RPC':>7} {'ns/run':>7} {'net':>6} {'share':>6}")
         for p in progs[:12]:
             lines.append(f"  {p['program']:<44} {p['runs']:>8} {p['runs_per_rpc'] or '':>7} "
-                         f"{p['ns_per_run']:>7} {100 * p['share']:>5.1f}%")
+                         f"{p['ns_per_run']:>7} {'' if p['net_ns_per_run'] is None else p['net_ns_per_run']:>6} "
+                         f"{100 * p['share']:>5.1f}%")
+    w = s["bpf_per_write"]
+    if w:
+        insns = (f" ({w['instructions']:,} instructions" + (f", {w['net_instructions']:,} net" if w["net_instructions"]
+                                                           else "") + ")") if w["instructions"] else ""
+        lines.append(f"BPF per WRITE RPC ({w['writes']} WRITEs): {w['ns']:,} ns" + insns
+                     + (f"; net: less the statistics' own {w['stats_cost_ns']} ns a run (an empty program's, "
+                        f"measured here), which runs do not carry with them off, as record leaves them"
+                        if w["stats_cost_ns"] else ""))
     lo, hi = s["baseline_spread"]
     interval = s["interval95"]
     verdict = {True: "met", False: "NOT met", None: "not decided by this run"}[s["meets_goal"]]
@@ -264,6 +293,10 @@ def main() -> int:
     ap.add_argument("--export-fs", choices=("disk", "tmpfs"),
                     help="the server's export: a tmpfs (the default with --clock icount) or the scenario's "
                          "directory on the VM's disk (the default with --clock wall)")
+    ap.add_argument("--bpf-stats", action="store_true",
+                    help="run the agent with --bpf-stats: what each of its programs cost, and all of them per WRITE, "
+                         "as measured and net of the statistics' own cost a run (measured in the guest); they slow "
+                         "every program, so the ratios of such a run are not the goal's")
     ap.add_argument("--agent-profile", action="store_true",
                     help="run the agent under cProfile and print where its CPU went, its blocks pooled; the "
                          "profiler slows the agent's own code, so the ratios of such a run are not the goal's")

@@ -32,7 +32,10 @@ def _record(args) -> int:
     opts = RecordOptions(output=args.output, duration=args.duration, paths=args.path, fs=args.fs,
                          pids=args.pid, cgroup=args.cgroup, command=command, force=args.force,
                          group_readable=args.group_readable, status=not args.quiet, max_size=args.max_size,
-                         bpf=args.bpf, interval=args.interval)
+                         bpf=args.bpf, interval=args.interval, bpf_stats=args.bpf_stats)
+    if args.bpf_stats and args.bpf == "off":
+        print("slotscope record: --bpf-stats measures the BPF programs; --no-bpf loads none", file=sys.stderr)
+        return 2
     if args.interval != DEFAULT_INTERVAL and args.bpf == "on":
         print("slotscope record: --interval is the sampled recording's (--no-bpf); --bpf records every event",
               file=sys.stderr)
@@ -91,13 +94,17 @@ def _watch(args) -> int:
 
 
 def _filter_arguments(p: argparse.ArgumentParser) -> None:
-    """What record and watch trace, and their files' modes."""
+    """What record and watch trace, their files' modes, and whether they measure their programs."""
     p.add_argument("--path", action="append", default=[], metavar="PREFIX",
                    help="only files under this path (repeatable); implies --fs any unless --fs is given")
     p.add_argument("--fs", metavar="TYPE", help="only files on this filesystem type (nfs: nfs and nfs4; any: all)")
     p.add_argument("--pid", action="append", type=int, default=[], help="only this process and its descendants")
     p.add_argument("--cgroup", metavar="PATH", help="only tasks in this cgroup v2 directory (and below)")
     p.add_argument("--group-readable", action="store_true", help="capture files 0640/0750 instead of 0600/0700")
+    p.add_argument("--bpf-stats", action="store_true",
+                   help="turn the kernel's BPF run-time statistics on meanwhile, so that the agent table and "
+                        "meta.json say how long our programs ran; they are the whole machine's and slow every BPF "
+                        "program on it (two clock reads a run)")
 
 
 def _doctor(args) -> int:
@@ -538,10 +545,6 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--per-process", type=positive_int, nargs="?", const=wd.PROCESS_CAP, default=0, metavar="CAP",
                    help=f"also per-process metrics (pid, comm, rank) for at most CAP processes "
                         f"(default {wd.PROCESS_CAP})")
-    w.add_argument("--bpf-stats", action="store_true",
-                   help="turn the kernel's BPF run-time statistics on while watching, so that an incident's agent "
-                        "table says how long our programs ran; they slow every BPF program on the machine a little "
-                        "(two clock reads a run), which record accepts for its minutes and a daemon should not")
     _filter_arguments(w)
     w.add_argument("-v", "--verbose", action="store_true", help="a status line every 5 s")
     w.add_argument("--ebpf", action="store_true",

@@ -147,11 +147,12 @@ def test_command_exit_status_and_clean_stop(tmp_path):
 
 def test_duration_and_sigterm_stop(tmp_path):
     t0 = time.monotonic()
-    res = slotscope("record", "-o", str(tmp_path / "c1"), "--duration", "2", "-q")
+    res = slotscope("record", "-o", str(tmp_path / "c1"), "--duration", "2", "-q", "--bpf-stats")
     assert res.returncode == 0, res.stderr
     c1 = Capture.open(str(tmp_path / "c1"))
     assert c1.meta["stop_reason"] == "duration reached"
-    # the agent's own row: its programs ran (every process's syscalls hit them), as their fdinfo says
+    # with --bpf-stats, the agent's own row: its programs ran (every process's syscalls hit them),
+    # as their fdinfo says
     last = c1.read("agent").to_pylist()[-1]
     assert last["bpf_run_cnt"] > 0 and last["bpf_run_ns"] > 0
     # and meta.json has each program's share, read after that row: at least as much
@@ -411,18 +412,28 @@ def _measured(probe) -> bool:
     return runs() > before
 
 
-def test_bpf_statistics_last_while_any_agent_lives(tmp_path):
-    """record turns the kernel's BPF statistics on while it runs (its capture reports our programs'
-    run time). Two records overlapping keep them on until the last ends, and one killed -9
-    leaves them off as it found them: the kernel counts the holders of their fds (writing
-    kernel.bpf_stats_enabled instead, the second would have restored the first's "on")."""
+def test_bpf_statistics_only_when_asked_and_while_any_agent_lives(tmp_path):
+    """The kernel's BPF statistics slow every BPF program on the machine: record leaves them off
+    (its capture has no run times), and turns them on with --bpf-stats. Two such records overlapping
+    keep them on until the last ends, and one killed -9 leaves them off as it found them: the
+    kernel counts the holders of their fds (writing kernel.bpf_stats_enabled instead, the second
+    would have restored the first's "on")."""
     from bcc import BPF
     probe = BPF(text=PROBE)
     assert not _measured(probe), "the statistics are on before the test (another agent?)"
+    plain = start_slotscope("record", "-o", str(tmp_path / "plain"), "--path", str(tmp_path), "-q")
+    wait_recording(plain)
+    assert not _measured(probe)
+    plain.send_signal(signal.SIGINT)
+    assert plain.wait(60) == 0
+    cap = Capture.open(str(tmp_path / "plain"))
+    assert cap.meta["probes"]["runtime"] == {}
+    assert cap.read("agent")["bpf_run_ns"].null_count == cap.read("agent").num_rows > 0
     agents = []
     try:
         for name in ("a", "b"):
-            agents.append(start_slotscope("record", "-o", str(tmp_path / name), "--path", str(tmp_path), "-q"))
+            agents.append(start_slotscope("record", "-o", str(tmp_path / name), "--path", str(tmp_path), "-q",
+                                          "--bpf-stats"))
             wait_recording(agents[-1])
             assert _measured(probe)
         agents[0].send_signal(signal.SIGINT)

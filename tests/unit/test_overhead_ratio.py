@@ -70,6 +70,21 @@ def test_programs_costliest_first_with_runs_per_rpc():
     assert overhead.programs({"kprobe__xprt_reserve": {"run_cnt": 3, "run_ns": 30}})[0]["runs_per_rpc"] is None
 
 
+def test_bpf_per_write_as_measured_and_net_of_the_statistics():
+    """Per WRITE RPC: all programs' run time over the WRITEs; net of the statistics' own cost (an
+    empty program's ns a run) on every run; in instructions on the instruction clock only."""
+    runtime = {"tracepoint__nfs__nfs_initiate_write": {"run_cnt": 10, "run_ns": 2_000},
+               "tracepoint__sunrpc__rpc_task_run_action": {"run_cnt": 140, "run_ns": 28_000}}
+    w = overhead.per_write(runtime, 40.0, "icount shift=2")   # 150 runs of 40 ns over 10 WRITEs: 600 ns each
+    assert w == {"writes": 10, "stats_cost_ns": 40.0, "ns": 3_000, "net_ns": 2_400,
+                 "instructions": 750, "net_instructions": 600}
+    assert overhead.per_write(runtime, None, "wall")["net_ns"] is None
+    assert overhead.per_write(runtime, 50.0, "wall")["instructions"] is None
+    assert overhead.per_write({"kprobe__xprt_reserve": {"run_cnt": 3, "run_ns": 30}}, 50.0, "wall") is None
+    progs = overhead.programs(runtime, 40.0)
+    assert [p["net_ns_per_run"] for p in progs] == [160, 160]
+
+
 def test_qemu_runs_one_vcpu_on_the_instruction_clock():
     """icount: the guest clock counts instructions, on one vCPU (two hang at boot under icount)."""
     from vmrig.vm import CPUS, qemu_command

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.vm
 
 def test_overhead_bench_reports_both_figures(vm_image, tmp_path):
     p = subprocess.run([sys.executable, str(REPO / "bench/overhead.py"), "--blocks", "1", "--repeat", "1",
-                        "--file-mb", "0.25", "--json", "--out", str(tmp_path / "s")],
+                        "--file-mb", "0.25", "--bpf-stats", "--json", "--out", str(tmp_path / "s")],
                        capture_output=True, text=True, timeout=1500, check=False)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -46,6 +46,10 @@ def test_overhead_bench_reports_both_figures(vm_image, tmp_path):
     assert progs["tracepoint__sunrpc__rpc_stats_latency"]["runs_per_rpc"] == 1
     assert progs["tracepoint__sunrpc__rpc_task_run_action"]["runs_per_rpc"] > 1
     assert progs["tracepoint__syscalls__sys_enter_write"]["runs"] >= 8 * 2**18 // 4096
+    # --bpf-stats: the statistics' own cost a run, measured in the guest, is less than any of ours
+    w = res["bpf_per_write"]
+    assert w["writes"] >= 8 * 2**18 // 4096 and 0 < w["stats_cost_ns"] < min(p["ns_per_run"] for p in progs.values())
+    assert 0 < w["net_instructions"] < w["instructions"]
     rec = json.loads((tmp_path / "s" / "scenario.json").read_text())
     # warm-up, the three rounds, and the agent's first save after its start
     assert rec["server_bytes"] == rec["expected_bytes"] == 5 * 8 * 2**18

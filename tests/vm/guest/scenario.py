@@ -841,6 +841,33 @@ def round_record(label, agent, ranks, used):
             "bytes_per_s": round(total / wall, 1), "usage": used, "ranks": ranks}
 
 
+def stats_cost(calls=20000):
+    """What the kernel's BPF run-time statistics report for a program that returns at once, ns a
+    run on this guest's clock: their own clock reads, which every run of ours carries while they are
+    on and none when they are off (record's default). A getppid tracepoint, run `calls` times."""
+    import ctypes
+    from bcc import BPF
+    probe = BPF(text=b"TRACEPOINT_PROBE(syscalls, sys_enter_getppid) { return 0; }")
+    stats = ctypes.CDLL("libbpf.so.1", use_errno=True).bpf_enable_stats(0)   # BPF_STATS_RUN_TIME
+    try:
+        if stats < 0:
+            return None
+        info = f"/proc/self/fdinfo/{next(iter(probe.funcs.values())).fd}"
+
+        def counts():
+            fields = dict(line.split(":", 1) for line in open(info).read().splitlines() if ":" in line)
+            return int(fields["run_cnt"]), int(fields["run_time_ns"])
+        runs0, ns0 = counts()
+        for _ in range(calls):
+            os.getppid()
+        runs1, ns1 = counts()
+        return round((ns1 - ns0) / (runs1 - runs0), 1) if runs1 > runs0 else None
+    finally:
+        if stats >= 0:
+            os.close(stats)
+        probe.cleanup()
+
+
 SETTLE_S = 3  # after the agent's start (its start-up work, reading /proc, is over), and likewise before a baseline
 
 
@@ -922,6 +949,8 @@ def run_one(spec, agent):
             ftrace_start(spec["ftrace"])
         if spec.get("compare_agent"):
             result["rounds"], result["scrapes"] = compare_agent(spec)
+            if "--bpf-stats" in spec["agent_args"]:    # the programs' figures, net of their measuring
+                result["stats_cost_ns"] = stats_cost()
             result["ranks"], result["freeze_window_s"] = result["rounds"][-1]["ranks"], None
         else:
             if spec["agent"]:
