@@ -1,10 +1,11 @@
 """Per NFS server (transport): slot-table occupancy against its limit, and the link toward it.
 
-The agent records occupancy per RPC client on every change; clients cloned from the
-same mount (nfs, nfsacl, ...) share the server's transport, so the occupancy of the
-transport is the sum over its clients. Each sample holds until the next one. Where the
-xprt kprobes ran, each transport's own counters (num_reqs, max_reqs, backlog) are there
-too, per connection: `xprts`, and the kernel's limit replaces the one from the sysctl.
+The agent records occupancy per RPC client on every change of the slots in use or of the
+tasks waiting for one; clients cloned from the same mount (nfs, nfsacl, ...) share the
+server's transport, so the occupancy of the transport is the sum over its clients. Each
+sample holds until the next one. Where the xprt kprobes ran, each transport's own counters
+(num_reqs, max_reqs, backlog) are there too, per connection: `xprts`, and the kernel's
+limit replaces the one from the sysctl.
 """
 from __future__ import annotations
 
@@ -168,7 +169,7 @@ def _of_server(t: pa.Table | None, server: str | None) -> pa.Table | None:
 
 def xprt_entries(rows: pa.Table, offset_ns: int, window: tuple[int, int] | None) -> list[dict]:
     """Per transport (struct rpc_xprt: one per connection), from its own counters sampled at
-    every slot taken or given back: the table's limit, its peak, and how long tasks waited
+    every slot given back: the table's limit, its peak, and how long tasks waited
     for a slot on it within the window. (num_reqs counts idle preallocated slots too: with
     min_reqs == max_reqs it is always at the limit, so waiters, not num_reqs, say full.)"""
     out = []

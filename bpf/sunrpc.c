@@ -179,7 +179,7 @@ static __always_inline void agg_rpc(const struct rpc_event *ev, u64 rtt_us, u64 
 }
 #endif /* AGGREGATE */
 
-/* Change one occupancy counter of a client and emit the client's new state. */
+/* Change one occupancy counter of a client and emit the client's new state (not for every counter). */
 static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
 {
     struct client_slots *c = client_slots.lookup(&client_id);
@@ -193,6 +193,11 @@ static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
     case SLEEP_PENDING: __sync_fetch_and_add(&c->pending, delta); break;
     default: return;
     }
+    /* A row on each change of the slots held and of the waits for one (no peak of the table is
+     * missed); the sending and pending queues ride along as they stand then: a row each for them
+     * was half of an RPC's slot rows, which no finding reads. */
+    if (what == SLEEP_SENDING || what == SLEEP_PENDING)
+        return;
     struct slot_event *e = slot_ring.ringbuf_reserve(sizeof(struct slot_event));
     if (!e) {
         count_loss(LOSS_RPC_SLOT_RING_FULL);

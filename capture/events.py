@@ -92,8 +92,9 @@ RPC_FIELDS = (
     ("progname", "char[16]"),
 )
 
-# Slot-table occupancy per RPC client, emitted on every change (so no peak is
-# missed): tasks holding a transport slot, and tasks asleep on each queue.
+# Slot-table occupancy per RPC client, emitted on every change of in_use, backlog or
+# session_wait (so no peak of a slot table is missed): tasks holding a transport slot, and
+# tasks asleep on each queue (sending and pending as they stand at those changes).
 SLOT_FIELDS = (
     ("ts", "s64"),
     ("in_use", "s32"),        # reserved a slot (xprt_reserve) and not yet finished
@@ -104,19 +105,19 @@ SLOT_FIELDS = (
     ("client_id", "u32"),
 )
 
-# A transport's own slot counters (xprt group: kprobes on xprt_reserve and
-# xprt_free_slot), sampled as each task asks for a slot and as each is given back.
+# A transport's own slot counters (xprt group: a kprobe on xprt_free_slot), sampled as each
+# slot is given back, before the change: every peak of num_reqs and backlog is seen (bpf/xprt.c).
 XPRT_FIELDS = (
     ("ts", "s64"),
     ("xprt_id", "u32"),            # struct rpc_xprt id: one per connection (nconnect makes several)
-    ("client_id", "u32"),          # the RPC client of the task that asked or gave back
+    ("client_id", "u32"),          # the RPC client of the task that gave its slot back
     ("num_reqs", "u32"),           # slots allocated (in use, plus up to min_reqs idle ones)
     ("max_reqs", "u32"),           # the table's limit
     ("min_reqs", "u32"),           # preallocated slots
     ("backlog", "u32"),            # tasks waiting for a slot
     ("sending", "u32"),            # tasks waiting to send
     ("pending", "u32"),            # tasks waiting for a reply
-    ("alloc", "u8"),               # 1: sampled as a task asks for a slot, 0: as one is given back
+    ("alloc", "u8"),               # 0: sampled as a slot is given back (1: as a task asked, in older captures)
     ("_pad", "char[7]"),
 )
 
