@@ -485,7 +485,7 @@ class XprtProbes(KprobeGroup):
     """Loaded with the sunrpc group only: it notes each task's transport in that group's map."""
     name = "xprt"
     description = ("each transport's slot counters (num_reqs, max_reqs, queues) and which one each RPC "
-                   "used (kprobes on xprt_reserve, xprt_free_slot)")
+                   "used (kprobes on xprt_reserve, xprt_free_slot; xprt_rdma_free_slot where rpcrdma is loaded)")
     source = "xprt.c"
     rings = {"xprt_ring": (XPRT_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
     streams = (Stream("xprt", ("xprt_ring",), lambda d, ev: xprt_table(ev, d.clients), stateless=True),)
@@ -501,6 +501,17 @@ class XprtProbes(KprobeGroup):
                          "a transport is named by its address instead (no rpc_xprt.id before 5.15): its rows "
                          "are told apart, but not matched with /sys/kernel/sunrpc's xprt-ID"),)
     loses = "each transport's slot counters (the xprt table) and each RPC's transport (xprt_id -1)"
+    rdma_give_back = "xprt_rdma_free_slot"     # where RDMA transports give slots back: rpcrdma, if loaded
+
+    def _rdma(self) -> bool:
+        return not kernel.missing_kprobe_functions((self.rdma_give_back,))
+
+    def cflags(self, filters: Filters) -> list[str]:
+        return [*super().cflags(filters), *(["-DXPRT_RDMA_FREE_SLOT"] if self._rdma() else [])]
+
+    def attach_points(self, together: set[str]) -> dict[str, str]:
+        rdma = {f"{KPROBE}{self.rdma_give_back}": "the slot counters of RDMA transports"} if self._rdma() else {}
+        return super().attach_points(together) | rdma
 
 
 # Every probe group, the syscall group (which every recording needs) first.

@@ -54,3 +54,16 @@ def test_the_nfs_calls_timed_inside_a_syscall_are_expected_only_with_the_syscall
         f"nfs:{call}_{side}" for call in ("nfs_fsync", "nfs_getattr", "nfs_writeback_inode")
         for side in ("enter", "exit")]
     assert with_syscalls["nfs:nfs_fsync_exit"] == "the time a syscall spent in NFS's fsync"
+
+
+def test_rdma_give_backs_are_expected_and_compiled_only_where_rpcrdma_has_its_function(monkeypatch):
+    """The xprt group samples at xprt_free_slot; RDMA transports give their slots back through
+    rpcrdma's xprt_rdma_free_slot, probed (and planned) only where this kernel can kprobe it."""
+    from slotscope.agent.probes import Filters, XprtProbes
+    for probeable in (set(), {"xprt_rdma_free_slot"}):
+        monkeypatch.setattr(kernel, "missing_kprobe_functions", lambda names: [n for n in names if n not in probeable])
+        group = XprtProbes()
+        plan = set(group.attach_points({"sunrpc", "xprt"}))
+        assert {"kprobe:xprt_reserve", "kprobe:xprt_free_slot"} <= plan
+        assert ("kprobe:xprt_rdma_free_slot" in plan) == bool(probeable)
+        assert ("-DXPRT_RDMA_FREE_SLOT" in group.cflags(Filters())) == bool(probeable)
