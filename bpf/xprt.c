@@ -36,6 +36,37 @@ static __always_inline u32 client_ident(void *clnt)
     return id;
 }
 
+/* Each transport's id and the client of its latest request, at an index of its address, left by
+ * the request (which reads them): the give-back that follows reads neither (four helper reads of
+ * ~100 instructions: the task, its client, the client's id, the transport's). `check` ties the
+ * entry together: one written by two CPUs at once (two transports at one index, or one
+ * transport's two clients) does not pass, and the give-back reads them as before. */
+struct xprt_seen {
+    u64 xprt;
+    u64 check;
+    u32 id;
+    u32 client_id;
+};
+#define XPRTS_SEEN 256
+BPF_ARRAY(xprts_seen, struct xprt_seen, XPRTS_SEEN);
+
+static __always_inline u64 seen_check(u64 xprt, u32 id, u32 client_id)
+{
+    return xprt ^ (((u64)id << 32) | client_id) ^ 0x9e3779b97f4a7c15ULL;
+}
+
+static __always_inline struct xprt_seen *seen_slot(void *xprt)
+{
+    u32 i = ((u64)xprt >> 6) % XPRTS_SEEN;
+    return xprts_seen.lookup(&i);
+}
+
+/* Whether `k`, a copy of an entry (what is checked is what is used), is the transport's. */
+static __always_inline int seen_holds(struct xprt_seen k, void *xprt)
+{
+    return k.xprt == (u64)xprt && k.check == seen_check(k.xprt, k.id, k.client_id);
+}
+
 static __always_inline void xprt_sample(void *xprt, u32 xprt_id, u32 client_id)
 {
     struct xprt_event *e = xprt_ring.ringbuf_reserve(sizeof(struct xprt_event));
@@ -62,14 +93,30 @@ int kprobe__xprt_reserve(struct pt_regs *ctx, void *task)
     KREAD3(xprt, RPC_TASK_TK_XPRT, clnt, RPC_TASK_TK_CLIENT, task_id, RPC_TASK_TK_PID, task);
     if (!xprt)
         return 0;
-    struct rpc_task_state *st = rpc_state(client_ident(clnt), task_id);
+    u32 client_id = client_ident(clnt), xprt_id = xprt_ident(xprt);
+    struct rpc_task_state *st = rpc_state(client_id, task_id);
     if (st)
-        st->ev.xprt_id = xprt_ident(xprt);
+        st->ev.xprt_id = xprt_id;
+    struct xprt_seen *s = seen_slot(xprt);
+    if (s && !(seen_holds(*s, xprt) && s->id == xprt_id && s->client_id == client_id)) {
+        s->xprt = (u64)xprt;
+        s->id = xprt_id;
+        s->client_id = client_id;
+        s->check = seen_check((u64)xprt, xprt_id, client_id);
+    }
     return 0;
 }
 
 static __always_inline int give_back(void *xprt, void *req)
 {
+    struct xprt_seen *s = seen_slot(xprt);
+    if (s) {
+        struct xprt_seen k = *s;
+        if (seen_holds(k, xprt)) {
+            xprt_sample(xprt, k.id, k.client_id);
+            return 0;
+        }
+    }
     void *task, *clnt = 0;
     KREAD(task, req, RPC_RQST_RQ_TASK);
     if (task)

@@ -110,7 +110,7 @@ SLOT_FIELDS = (
 XPRT_FIELDS = (
     ("ts", "s64"),
     ("xprt_id", "u32"),            # struct rpc_xprt id: one per connection (nconnect makes several)
-    ("client_id", "u32"),          # the RPC client of the task that gave its slot back
+    ("client_id", "u32"),          # an RPC client of the transport's (its latest request's): its server
     ("num_reqs", "u32"),           # slots allocated (in use, plus up to min_reqs idle ones)
     ("max_reqs", "u32"),           # the table's limit
     ("min_reqs", "u32"),           # preallocated slots
