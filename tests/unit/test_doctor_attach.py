@@ -67,3 +67,15 @@ def test_rdma_give_backs_are_expected_and_compiled_only_where_rpcrdma_has_its_fu
         assert {"kprobe:xprt_reserve", "kprobe:xprt_free_slot"} <= plan
         assert ("kprobe:xprt_rdma_free_slot" in plan) == bool(probeable)
         assert ("-DXPRT_RDMA_FREE_SLOT" in group.cflags(Filters())) == bool(probeable)
+
+
+def test_kprobe_functions_are_found_by_whole_name_built_in_or_in_a_module(tmp_path, monkeypatch):
+    """available_filter_functions lists "name" or "name [module]" a line: a function is there only
+    under its whole name (xprt_reserve is not xprt_reserve_xprt, nor a prefix of it)."""
+    (tmp_path / "available_filter_functions").write_text(
+        "vfs_fsync\nxprt_reserve_xprt [sunrpc]\nxprt_free_slot [sunrpc]\nnfs_file_write [nfs]\n")
+    monkeypatch.setattr(kernel, "tracefs", lambda: str(tmp_path))
+    names = ("vfs_fsync", "xprt_free_slot", "nfs_file_write", "xprt_reserve", "vfs_fsyn", "free_slot")
+    assert kernel.missing_kprobe_functions(names) == ["xprt_reserve", "vfs_fsyn", "free_slot"]
+    monkeypatch.setattr(kernel, "tracefs", lambda: str(tmp_path / "none"))
+    assert kernel.missing_kprobe_functions(("vfs_fsync",)) == ["vfs_fsync"]   # no file: none can be probed
