@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import select
 import time
@@ -504,14 +505,16 @@ class XprtProbes(KprobeGroup):
     loses = "each transport's slot counters (the xprt table) and each RPC's transport (xprt_id -1)"
     rdma_give_back = "xprt_rdma_free_slot"     # where RDMA transports give slots back: rpcrdma, if loaded
 
+    @functools.cached_property
     def _rdma(self) -> bool:
+        """Looked up once: the program's flags and the attach plan must agree."""
         return not kernel.missing_kprobe_functions((self.rdma_give_back,))
 
     def cflags(self, filters: Filters) -> list[str]:
-        return [*super().cflags(filters), *(["-DXPRT_RDMA_FREE_SLOT"] if self._rdma() else [])]
+        return [*super().cflags(filters), *(["-DXPRT_RDMA_FREE_SLOT"] if self._rdma else [])]
 
     def attach_points(self, together: set[str]) -> dict[str, str]:
-        rdma = {f"{KPROBE}{self.rdma_give_back}": "the slot counters of RDMA transports"} if self._rdma() else {}
+        rdma = {f"{KPROBE}{self.rdma_give_back}": "the slot counters of RDMA transports"} if self._rdma else {}
         return super().attach_points(together) | rdma
 
 
@@ -608,6 +611,16 @@ def load_falling_back(groups: list[ProbeGroup], filters: Filters, skipped: dict[
     return load(attempts[-1], filters), attempts[-1]
 
 
+def enable_bpf_stats() -> int | None:
+    """A BPF_ENABLE_STATS fd: the kernel's BPF run-time statistics are on while it is open (and
+    any other holder's); None where they cannot be turned on (no libbpf 1 beside BCC, before 5.8)."""
+    try:
+        fd = ctypes.CDLL("libbpf.so.1", use_errno=True).bpf_enable_stats(BPF_STATS_RUN_TIME)
+    except (OSError, AttributeError):
+        return None
+    return fd if fd >= 0 else None
+
+
 class Loaded:
     """The running program: its rings, loss counters and fd-ignore marks."""
 
@@ -641,11 +654,7 @@ class Loaded:
         while a BPF_ENABLE_STATS fd is open (5.8), not by writing kernel.bpf_stats_enabled: the
         kernel counts the holders, so two agents do not turn them off under each other, and an
         agent killed leaves them as it found them."""
-        try:
-            fd = ctypes.CDLL("libbpf.so.1", use_errno=True).bpf_enable_stats(BPF_STATS_RUN_TIME)
-        except (OSError, AttributeError):   # no libbpf 1 beside BCC: no statistics
-            return
-        self._stats_fd = fd if fd >= 0 else None
+        self._stats_fd = enable_bpf_stats()
 
     def attached(self) -> set[str]:
         """The points BCC attached the program to, named as attach_points names them. BCC keeps a

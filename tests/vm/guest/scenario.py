@@ -845,12 +845,12 @@ def stats_cost(calls=20000):
     """What the kernel's BPF run-time statistics report for a program that returns at once, ns a
     run on this guest's clock: their own clock reads, which every run of ours carries while they are
     on and none when they are off (record's default). A getppid tracepoint, run `calls` times."""
-    import ctypes
     from bcc import BPF
+    from slotscope.agent.probes import enable_bpf_stats
     probe = BPF(text=b"TRACEPOINT_PROBE(syscalls, sys_enter_getppid) { return 0; }")
-    stats = ctypes.CDLL("libbpf.so.1", use_errno=True).bpf_enable_stats(0)   # BPF_STATS_RUN_TIME
+    stats = enable_bpf_stats()
     try:
-        if stats < 0:
+        if stats is None:
             return None
         info = f"/proc/self/fdinfo/{next(iter(probe.funcs.values())).fd}"
 
@@ -863,7 +863,7 @@ def stats_cost(calls=20000):
         runs1, ns1 = counts()
         return round((ns1 - ns0) / (runs1 - runs0), 1) if runs1 > runs0 else None
     finally:
-        if stats >= 0:
+        if stats is not None:
             os.close(stats)
         probe.cleanup()
 
