@@ -13,6 +13,8 @@ from slotscope.capture.syscalls import WRITE_SYSCALLS
 from .analysis import context
 from .attribution import attributed_writes
 from .job import Job
+from .ranks import rank_table
+from .saves import predicted_part
 from .thresholds import Thresholds
 from . import whatif
 from .units import byte_rate, number, pct, size
@@ -102,9 +104,10 @@ def compare(before: Job, after: Job, rb: dict, ra: dict) -> dict:
                         "after": ra["window"] and ra["window"]["seconds"]},
            "verdicts": {"before": rb["verdict"], "after": ra["verdict"]}, "symptoms": symptoms, "prediction": None}
     change = _change(changes, wb, wa)
-    actual = whatif.save_span(ra["ranks"])
+    th = Thresholds()
+    actual = whatif.save_span(rank_table(predicted_part(after, th.save_gap_s)))
     if change is not None and actual:
-        measured, why = whatif.measure(context(before, Thresholds()))
+        measured, why = whatif.measure(context(predicted_part(before, th.save_gap_s), th))
         p = whatif.predict(measured, why, change)
         pred = max(p, key=lambda x: x.predicted_s or 0).as_json()
         if pred["predicted_s"] is not None and not pred["why"]:

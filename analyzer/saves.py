@@ -18,7 +18,7 @@ from slotscope.capture.syscalls import (FLUSH_SYSCALLS, MKDIR_SYSCALLS, OPEN_SYS
 
 from . import sampled_activity
 from .checkpoints import describe
-from .job import Job
+from .job import Job, between
 from .units import ms, seconds, size
 
 # Calls on a written file that belong to its save, and the namespace calls beside them.
@@ -88,6 +88,17 @@ def find_saves(job: Job, gap_s: float) -> list[Save]:
                              pc.fill_null(ev["bytes"], 0).to_numpy())
     ev = ev.append_column("save", pa.array(burst))
     return [_save(number, ev.filter(pc.equal(ev["save"], idx))) for number, idx in enumerate(np.unique(burst), 1)]
+
+
+def predicted_part(job: Job, gap_s: float) -> Job:
+    """The part of a recording that a prediction is made for and checked against (whatif,
+    compare, analyze's fixes): its slowest save when it holds several, whose pauses the whole
+    recording's span would count; else the whole recording."""
+    saves = find_saves(job, gap_s)
+    if len(saves) < 2:
+        return job
+    slowest = max(saves, key=lambda s: s.seconds)
+    return between(job, slowest.start_ns, slowest.end_ns)
 
 
 def _saves_of_bursts(burst: np.ndarray, wrote: np.ndarray) -> np.ndarray:

@@ -255,7 +255,9 @@ def _whatif(args) -> int:
     th = Thresholds()
     try:
         saves = find_saves(job, th.save_gap_s)
-        windows = [(s.number, between(job, s.start_ns, s.end_ns)) for s in saves] or [(None, job)]
+        # several saves: each its own; one: the whole recording, as analyze and compare predict it
+        windows = ([(s.number, between(job, s.start_ns, s.end_ns)) for s in saves] if len(saves) > 1
+                   else [(saves[0].number if saves else None, job)])
         doc = {"change": change.text(), "model": whatif.MODEL, "saves": []}
         for number, part in windows:
             measured, why = whatif.measure(context(part, th))

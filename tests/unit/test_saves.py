@@ -9,7 +9,9 @@ from unit_helpers import assert_one_line_error, run_slotscope, three_saves
 from slotscope.analyzer.analysis import analyze
 from slotscope.analyzer.checkpoints import describe
 from slotscope.analyzer.job import Job
-from slotscope.analyzer.saves import burst_numbers, trend
+from slotscope.analyzer.ranks import rank_table
+from slotscope.analyzer.saves import burst_numbers, predicted_part, trend
+from slotscope.analyzer.whatif import save_span
 
 pytestmark = pytest.mark.unit
 
@@ -73,6 +75,17 @@ def test_a_recording_of_three_saves_is_reported_save_by_save(build_capture):
     assert [s["format"] for s in saves] == ["torch"] * 3      # DESIGN.md's JSON contract
     assert result["save_trend"]["slowest"] == 3
     assert "bytes written 16.0 MiB against 8.0 MiB" in result["save_trend"]["text"]
+
+
+def test_a_prediction_is_for_the_slowest_save_not_the_recordings_span(build_capture):
+    """whatif's model predicts one save: of three, the slowest (the third, 9.5 s from its mkdir),
+    not the 119 s from the first call to the last; a recording of one save is whole."""
+    job = Job.open([build_capture(syscalls=three_saves())])
+    assert save_span(rank_table(job)) == pytest.approx(119.0, abs=0.01)     # config.json read at 50 s
+    part = predicted_part(job, 10.0)
+    assert part is not job and save_span(rank_table(part)) == pytest.approx(9.5, abs=0.01)
+    one = Job.open([build_capture("one", syscalls=[r for r in three_saves() if "step_1" in (r["path"] or "")])])
+    assert predicted_part(one, 10.0) is one
 
 
 def test_analyze_one_save_of_the_recording(build_capture):

@@ -179,6 +179,19 @@ def test_compare_a_before_after_pair(tmp_path):
     assert "does it come back in a clean rerun  no" in text
 
 
+def test_compare_checks_the_prediction_whatif_makes(tmp_path):
+    """Each rank stats the directory before its first file event (as the rig's saves do): the
+    save's window starts after those calls, the recording does not, and whatif and compare
+    must still predict from the same part of BEFORE."""
+    before, after = {**BASE, "metadata_ops_per_rank": 2}, {**BASE, "metadata_ops_per_rank": 2, "slots": 16}
+    synth.save(tmp_path / "before", **before)
+    synth.save(tmp_path / "after", **after)
+    p = json.loads(run_slotscope("compare", str(tmp_path / "before"), str(tmp_path / "after"), "--json").stdout)
+    [[w]] = [s["predictions"] for s in json.loads(run_slotscope("whatif", str(tmp_path / "before"), "--slots", "16",
+                                                                "--json").stdout)["saves"]]
+    assert (w["predicted_s"], w["range"]) == (p["prediction"]["predicted_s"], p["prediction"]["range"])
+
+
 def test_compare_finds_the_change_in_the_capture_when_meta_has_none(tmp_path):
     """4 KiB O_SYNC writes, then buffered ones: nothing in meta.json changed, the WRITEs did."""
     synth.save(tmp_path / "before", **BASE)
