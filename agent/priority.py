@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+from typing import Callable
 
 DRAIN_NICE = -10
 FILL_HORIZON_S = 2.0    # raised while a ring, at the rate it filled since the last drain, would be full within this
@@ -50,12 +51,14 @@ class DrainPriority:
         # Without CAP_SYS_NICE (as in a container) the niceness stays as it is.
         self.allowed = _renice_thread(DRAIN_NICE) and _renice_thread(self.base)
 
-    def guard(self, fds: list[int]) -> None:
-        """Wake the drain when one of `fds` (the rings, edge-triggered) signals during a drain at
-        the agent's own niceness: a storm may start during a calm drain, which on a saturated host
-        waits for a CPU (at nice 19, tried, 1 of 4 storms lost 721,485 of 835,135 events, with 3
-        CPU-bound loops and two VMs on 2 cores). A thread of its own at DRAIN_NICE, idle but for
-        the kernel's forced wakeups (on the VM bench's saves it changed nothing measurable)."""
+    def guard(self, fds: list[int], storm: Callable[[], bool]) -> None:
+        """Rouse the drain when one of `fds` (the rings, edge-triggered) signals during a drain at
+        the agent's own niceness and `storm()` says a ring fills fast: a storm may start during a
+        calm drain, which on a saturated host waits for a CPU (at nice 19, tried, 1 of 4 storms
+        lost 721,485 of 835,135 events, with 3 CPU-bound loops and two VMs on 2 cores). A thread
+        of its own at DRAIN_NICE, idle but for the kernel's forced wakeups. Most of those at a
+        save's pace are a new program's (bpf/common.h: urgent), with the rings nearly empty: a
+        drain raised for them held the VM bench's one CPU from the ranks."""
         if not self.allowed:
             return
         poll = select.epoll()
@@ -70,7 +73,7 @@ class DrainPriority:
                 woken = poll.poll()
                 if self._stop.is_set():
                     break
-                if woken:
+                if woken and storm():
                     try:
                         os.setpriority(os.PRIO_PROCESS, self._tid, DRAIN_NICE)
                     except OSError:

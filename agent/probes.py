@@ -28,7 +28,7 @@ from .identity import RANK_VARS
 from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PATH_MAX_CAPTURED,
                       PROC_EVENT, RINGS, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .memory import release_compiler
-from .priority import DrainPriority
+from .priority import DrainPriority, filling
 from .ringbuf import RingReader, record_size
 from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
@@ -644,7 +644,8 @@ class Loaded:
         self._last_read = time.monotonic()
         for ring in self.rings.values():
             self._epoll.register(ring.fd, select.EPOLLIN | select.EPOLLET)
-        self.priority.guard([ring.fd for ring in self.rings.values()])
+        self.priority.guard([ring.fd for ring in self.rings.values()],
+                            lambda: filling(self.fill(), time.monotonic() - self._last_read))
         self._stats_fd: int | None = None
 
     def measure_programs(self) -> None:
