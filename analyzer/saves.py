@@ -91,9 +91,10 @@ def find_saves(job: Job, gap_s: float) -> list[Save]:
 
 
 def predicted_part(job: Job, gap_s: float) -> Job:
-    """The part of a recording that a prediction is made for and checked against (whatif,
-    compare, analyze's fixes): its slowest save when it holds several, whose pauses the whole
-    recording's span would count; else the whole recording."""
+    """The part of a recording that a prediction is made for and checked against (whatif and
+    compare; analyze's fixes take the same, from its analysis of each save): its slowest save
+    when it holds several, whose pauses the whole recording's span would count; else the whole
+    recording."""
     saves = find_saves(job, gap_s)
     if len(saves) < 2:
         return job

@@ -40,8 +40,8 @@ S = 1e9
 LOCAL_MBPS = 1000.0      # --local-then-copy's default local disk: 1 GB/s, a datacentre NVMe SSD's sustained write, conservatively
 LITTLE_GAIN = 0.85       # predicted / measured at or above this: the change buys little
 # Each variant's prediction is taken as this much either side: what the model leaves out, the
-# client's CPU per call (it grows with the calls running at once: 0.2 ms a 4 KiB WRITE with 4
-# in flight, 0.85 ms with 8, in the rig) and one save's spread from run to run. Sized on the
+# client's CPU per call (it grows with the calls running at once: 0.19 ms a 4 KiB WRITE with 4
+# in flight, 0.83 ms with 8, in the rig) and one save's spread from run to run. Sized on the
 # rig's pairs (bench/README.md, whatif_pairs.py): the largest miss beyond the variants was 5.9%.
 RANGE_FLOOR = 0.08
 UNMODELLED = "client's CPU and the spread between runs, which the model leaves out"     # RANGE_FLOOR's name
