@@ -191,7 +191,7 @@ class ThreadSampler:
                     proc = self.procs[tgid] = _Process(tgid)
                 first = len(threads)
                 self._threads(tgid, proc, ts, threads)
-                io = parse_io(proc.io.read()) if proc.io and self._io_due(proc, threads[first:]) else {}
+                io = self._io(tgid, proc) if self._io_due(proc, threads[first:]) else {}
             except (OSError, ValueError, IndexError, KeyError):   # gone between the listing and the reads
                 self._forget(tgid)
                 continue
@@ -212,6 +212,15 @@ class ThreadSampler:
             proc.idle_samples = 0
             return True
         return False
+
+    @staticmethod
+    def _io(tgid: int, proc: _Process) -> dict[str, int]:
+        """Its I/O counters. Refused when first seen, they are asked for again: a process that
+        su, sudo -u or setpriv start is root's until it execs the user's program (the VM rig's
+        ranks, seen mid-way, had their bytes counted as none)."""
+        if proc.io is None:
+            proc.io = _File.permitted(f"/proc/{tgid}/io")
+        return parse_io(proc.io.read()) if proc.io else {}
 
     def _threads(self, tgid: int, proc: _Process, ts: int, rows: list[dict]) -> None:
         if tgid not in proc.threads:            # new, or its main thread's files went (then it is gone)

@@ -163,6 +163,54 @@ def test_a_process_that_becomes_the_users_joins_the_job():
         child.wait()
 
 
+BECOMES_NOBODY = """
+import sys, time
+from slotscope.agent.proc_sampler import JobProcesses, ThreadSampler
+pid = int(sys.argv[1])
+sampler = ThreadSampler(JobProcesses([pid]))
+def io():
+    return [i["wchar"] for i in sampler.sample(time.monotonic_ns())[1] if i["tgid"] == pid]
+print(io(), flush=True)                 # root's shell: its counters refused
+sys.stdin.readline()                    # it has exec'd python as nobody and written
+for _ in range(200):
+    seen = io()
+    if seen:
+        break
+    time.sleep(0.05)
+print(seen, flush=True)
+"""
+
+
+def test_the_counters_of_a_process_that_becomes_the_users_are_read():
+    """An ordinary user's sampler first sees a process while it is root's (su, sudo -u and setpriv
+    start it so): its /proc/PID/io is refused then, and read once it runs the user's program."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process that becomes another user's")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    writes = "import os, sys; os.write(1, b'x' * 8192); sys.stdin.readline()"
+    child = subprocess.Popen(["sh", "-c", f'read go; exec {" ".join(nobody)} {sys.executable} -c "{writes}" >/dev/null'],
+                             stdin=subprocess.PIPE, text=True)
+    sampler = subprocess.Popen([*nobody, sys.executable, "-c", BECOMES_NOBODY, str(child.pid)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sampler.stdout.readline().strip() == "[]"
+        child.stdin.write("\n")
+        child.stdin.flush()
+        for _ in range(100):                    # until it has exec'd python as nobody and written
+            if os.stat(f"/proc/{child.pid}").st_uid == 65534 and "python" in Path(f"/proc/{child.pid}/comm").read_text():
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sampler.stdin.write("\n")
+        sampler.stdin.flush()
+        [wchar] = json.loads(sampler.stdout.readline())
+        assert wchar >= 8192
+    finally:
+        for p in (child, sampler):
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize("caps, allowed", [
     (0, False),
     (1 << kernel.CAP_BPF, False),

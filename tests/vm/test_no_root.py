@@ -55,15 +55,18 @@ def same_ranks_and_save(with_bpf, without, bpf_out):
     """The sampled capture's rank table and save (from /proc/PID/io and the samples) against
     the BPF capture's of the same scenario (another run of it): the same ranks; each rank's
     bytes the same but for what it wrote after its last sample, which counts for its parent
-    (at most two intervals' worth at its rate as it ended, or 2%: 8 KiB of 256 KiB happened
-    in a saturated run); one save of the same bytes but for those, as long within 10% or 0.5 s."""
+    (at most two intervals' worth at the ranks' rate as they ended, or 2%: 8 KiB of 256 KiB
+    happened in a saturated run); one save of the same bytes but for those, as long within 10%
+    or 0.5 s. The ranks' rate, not the rank's: on the guest's one CPU the ranks end in another
+    order from run to run, and the last runs alone at all of it (unconstrained's rank 3 wrote
+    1.97 MB after its last sample, 1.68 MB at its own rate in the BPF run)."""
     def writers(result):
         return {r["rank"]: r for r in result["ranks"] if r["bytes_written"] and r["rank"] is not None}
     b, s = writers(with_bpf), writers(without)
     assert sorted(s) == sorted(b), (sorted(s), sorted(b))
     interval_s, rates = without["sampled"]["interval_s"], end_rates(bpf_out)
-    unseen = {rank: max(0.02 * r["bytes_written"], 2 * interval_s * max(rates.get(p, 0) for p in r["pids"]))
-              for rank, r in b.items()}
+    ranks_rate = sum(max(rates.get(p, 0) for p in r["pids"]) for r in b.values())
+    unseen = {rank: max(0.02 * r["bytes_written"], 2 * interval_s * ranks_rate) for rank, r in b.items()}
     for rank, r in s.items():
         assert r["from_samples"] and 0 <= b[rank]["bytes_written"] - r["bytes_written"] <= unseen[rank], (r, b[rank])
     [save], [bpf_save] = without["saves"], with_bpf["saves"]
