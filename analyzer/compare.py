@@ -105,7 +105,8 @@ def compare(before: Job, after: Job, rb: dict, ra: dict) -> dict:
            "verdicts": {"before": rb["verdict"], "after": ra["verdict"]}, "symptoms": symptoms, "prediction": None}
     change = _change(changes, wb, wa)
     th = Thresholds()
-    actual = whatif.save_span(rank_table(predicted_part(after, th.save_gap_s)))
+    part = predicted_part(after, th.save_gap_s)
+    actual = whatif.save_span(ra["ranks"] if part is after else rank_table(part))     # ra's: the whole recording's
     if change is not None and actual:
         measured, why = whatif.measure(context(predicted_part(before, th.save_gap_s), th))
         p = whatif.predict(measured, why, change)
