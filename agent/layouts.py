@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from slotscope.capture import events
 from slotscope.capture.events import C_STRING as _ARRAY
-from slotscope.capture.events import NFS_KINDS
+from slotscope.capture.events import NFS_KINDS, SLOT_ROW_FREED, SLOT_ROW_TAKEN
 from slotscope.capture.losses import BPF_COUNTERS
 from slotscope.capture.syscalls import NFS_CALLS, OP_NUMBER
 
@@ -220,6 +220,7 @@ def c_header() -> str:
     parts += [f"#define LOSS_{name.upper()} {i}" for i, name in enumerate(LOSS_COUNTERS)]
     parts += [f"#define NFS_{name.upper()} {num}" for num, name in NFS_KINDS.items()]
     parts += [f"#define NFS_CALL_{name.upper()} {1 << i}" for i, name in enumerate(NFS_CALLS)]
+    parts += [f"#define SLOT_ROW_TAKEN {SLOT_ROW_TAKEN}", f"#define SLOT_ROW_FREED {SLOT_ROW_FREED}"]
     parts.append(f"#define LOSS_NCOUNTERS {len(LOSS_COUNTERS)}")
     parts += [f"#define {ring.upper()}_ID {i}" for i, ring in enumerate(RINGS)] + [f"#define NRINGS {len(RINGS)}"]
     parts += [layout.c_struct() for layout in LAYOUTS]

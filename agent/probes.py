@@ -30,7 +30,7 @@ from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT
 from .memory import release_compiler
 from .priority import DrainPriority, filling
 from .ringbuf import RingReader, record_size
-from .rpc_rows import nfs_table, owners_table, rpc_table, slots_table, xprt_table
+from .rpc_rows import RPC_SLOT_FIELDS, nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 BPF_ANY, BPF_NOEXIST = 0, 1
@@ -154,12 +154,14 @@ class Stream:
     decoding state (drain.decoder, drain.clients, drain.now_ns). A stream is built when one of
     its rings has records, or on every drain with `each_drain`. A `stateless` stream's rows
     depend on its records alone (and on the RPC clients' names): they can be built later, from
-    the records kept (watch's flight recorder does, on a trigger)."""
+    the records kept (watch's flight recorder does, on a trigger; of a ring in `fields`, it
+    keeps only the fields the build reads)."""
     table: str
     rings: tuple[str, ...]
     build: Callable
     each_drain: bool = False
     stateless: bool = False
+    fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class ProbeGroup:
@@ -304,7 +306,8 @@ class SunrpcProbes(ProbeGroup):
     # wakeup is one more drain, as costly as the regular one.
     rings = {"rpc_ring": (RPC_EVENT, 1024), "slot_ring": (SLOT_EVENT, 1024)}
     streams = (Stream("rpc", ("rpc_ring",), lambda d, ev: rpc_table(ev, d.clients, d.now_ns()), stateless=True),
-               Stream("slots", ("slot_ring",), lambda d, ev: slots_table(ev, d.clients), stateless=True))
+               Stream("slots", ("slot_ring", "rpc_ring"), lambda d, ev, rpcs: slots_table(ev, rpcs, d.clients),
+                      stateless=True, fields={"rpc_ring": RPC_SLOT_FIELDS}))
     required = [("sunrpc", ev) for ev in ("rpc_task_begin", "rpc_request", "rpc_task_sleep", "rpc_task_wakeup",
                                           "xprt_reserve", "xprt_transmit", "rpc_stats_latency",
                                           "rpc_task_run_action", "rpc_task_end")]
@@ -317,10 +320,9 @@ class SunrpcProbes(ProbeGroup):
                 or self.missing_fields())
 
     def cflags(self, filters: Filters) -> list[str]:
-        flags = super().cflags(filters)
-        # the steps rpc_task_run_action looks a task up at (bpf/sunrpc.c): the waits' starts, and
-        # the first steps of an attempt
-        addrs = _kallsyms({"call_reserve", "call_transmit", "call_start", "rpc_prepare_task"}, "sunrpc")
+        flags = super().cflags(filters) + ["-DSUNRPC_GROUP"]   # bpf/nfs.c: an I/O's start goes to its RPC's row
+        # the steps rpc_task_run_action looks a task up at (bpf/sunrpc.c): the waits' starts
+        addrs = _kallsyms({"call_reserve", "call_transmit"}, "sunrpc")
         if kernel.tracepoint_exists("sunrpc", "rpc_task_run_action"):
             flags += [f"-D{name.upper()}_ADDR={addr:#x}ULL" for name, addr in addrs.items()]
         return flags
@@ -476,7 +478,8 @@ class OwnerProbes(KprobeGroup):
     headers = ("linux/fs.h", "linux/sched.h", "linux/nfs_fs.h", "linux/nfs_xdr.h")
     members = (("task_struct", "files"), ("kiocb", "ki_filp"), ("nfs_pgio_header", "args.lock_context"),
                ("nfs_pgio_header", "args.context"), ("nfs_lock_context", "lockowner"),
-               ("nfs_open_context", "flock_owner"))
+               ("nfs_open_context", "flock_owner"), ("nfs_open_context", "lock_context"),
+               ("nfs_open_context", "lock_context.lockowner"))
     loses = "each WRITE's lock owner and open file (background writeback is attributed by inode and time)"
 
     def cflags(self, filters: Filters) -> list[str]:
@@ -486,7 +489,7 @@ class OwnerProbes(KprobeGroup):
 class XprtProbes(KprobeGroup):
     """Loaded with the sunrpc group only: it notes each task's transport in that group's map."""
     name = "xprt"
-    description = ("each transport's slot counters (num_reqs, max_reqs, queues) and which one each RPC "
+    description = ("each transport's slot counters (num_reqs, max_reqs, backlog) and which one each RPC "
                    "used (kprobes on xprt_reserve, xprt_free_slot; xprt_rdma_free_slot where rpcrdma is loaded)")
     source = "xprt.c"
     rings = {"xprt_ring": (XPRT_EVENT, 1024)}   # sized as the sunrpc rings, for the same reason
@@ -498,24 +501,30 @@ class XprtProbes(KprobeGroup):
     members = (("rpc_task", "tk_xprt"), ("rpc_task", "tk_client"), ("rpc_task", "tk_pid"),
                ("rpc_clnt", "cl_clid"), ("rpc_rqst", "rq_task"),
                ("rpc_xprt", "num_reqs"), ("rpc_xprt", "max_reqs"), ("rpc_xprt", "min_reqs"),
-               ("rpc_xprt", "backlog.qlen"), ("rpc_xprt", "sending.qlen"), ("rpc_xprt", "pending.qlen"))
+               ("rpc_xprt", "backlog.qlen"))
     optional_members = (("linux/sunrpc/xprt.h", "rpc_xprt", "id",
                          "a transport is named by its address instead (no rpc_xprt.id before 5.15): its rows "
                          "are told apart, but not matched with /sys/kernel/sunrpc's xprt-ID"),)
     loses = "each transport's slot counters (the xprt table) and each RPC's transport (xprt_id -1)"
-    rdma_give_back = "xprt_rdma_free_slot"     # where RDMA transports give slots back: rpcrdma, if loaded
+    # Probed where the kernel has them (-> the flag bpf/xprt.c compiles them with, and what each gives):
+    # where RDMA transports give slots back (rpcrdma, if loaded); where a transport is freed
+    # (without it, each request reads its transport's id).
+    optional_functions = {"xprt_rdma_free_slot": ("XPRT_RDMA_FREE_SLOT", "the slot counters of RDMA transports"),
+                          "xprt_free": ("XPRT_FREE_PROBED", "each transport's id kept, not read at each request")}
 
     @functools.cached_property
-    def _rdma(self) -> bool:
-        """Looked up once: the program's flags and the attach plan must agree."""
-        return not kernel.missing_kprobe_functions((self.rdma_give_back,))
+    def _probeable(self) -> list[str]:
+        """The optional functions here, looked up once: the program's flags and the attach plan must agree."""
+        missing = kernel.missing_kprobe_functions(tuple(self.optional_functions))
+        return [name for name in self.optional_functions if name not in missing]
 
     def cflags(self, filters: Filters) -> list[str]:
-        return [*super().cflags(filters), *(["-DXPRT_RDMA_FREE_SLOT"] if self._rdma else [])]
+        return [*super().cflags(filters), "-DXPRT_GROUP",
+                *(f"-D{self.optional_functions[name][0]}" for name in self._probeable)]
 
     def attach_points(self, together: set[str]) -> dict[str, str]:
-        rdma = {f"{KPROBE}{self.rdma_give_back}": "the slot counters of RDMA transports"} if self._rdma else {}
-        return super().attach_points(together) | rdma
+        return super().attach_points(together) | {f"{KPROBE}{name}": self.optional_functions[name][1]
+                                                  for name in self._probeable}
 
 
 # Every probe group, the syscall group (which every recording needs) first.

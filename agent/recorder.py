@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+import pyarrow as pa
+
 from .attach_plan import compare
 from .decode import Decoder
 from .files import FileRegistry, mount_tables, traced_devs
-from .layouts import LOSS_COUNTERS, warm_up
+from .layouts import LOSS_COUNTERS, SLOT_EVENT, warm_up
 from .memory import arrow_from_malloc
 from .probes import DRAIN_EVERY, Filters, SyscallProbes, ebpf_text, load_falling_back, runnable_groups
 from .recording import QUIT, RecordError, RecordOptions, Recording, _filter_warnings, _monotonic_ns, empty
-from .rpc_rows import ClientNames, rpc_table
+from .rpc_rows import ClientNames, rpc_table, slots_table
 
 BLOCKED_MIN_NS = 1_000_000_000   # a syscall in progress this long is 'blocked' in the snapshots
 # The tables the recorder writes itself; the probe groups' streams and the samplers write the rest.
@@ -123,9 +126,16 @@ class Recorder(Recording):
         self._drain()
         self._write_blocked()
         super()._last_rows()
+        for table, rows in self._outstanding_rows():
+            self.writer.append(table, rows)
+
+    def _outstanding_rows(self) -> list[tuple[str, pa.Table]]:
+        """The RPCs begun and not completed: their rows, and the slots rows of those that took a slot."""
         outstanding = self.loaded.outstanding_rpcs()
-        if outstanding.size:
-            self.writer.append("rpc", rpc_table(outstanding, self.clients, _monotonic_ns()))
+        if not outstanding.size:
+            return []
+        return [("rpc", rpc_table(outstanding, self.clients, _monotonic_ns())),
+                ("slots", slots_table(np.empty(0, SLOT_EVENT.dtype), outstanding, self.clients))]
 
     def _capture_ending(self) -> None:
         self.meta["probes"]["runtime"] = self._runtime()   # what each probe cost, over the capture

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from slotscope.capture.events import NFS_KINDS
+from slotscope.capture.events import NFS_KINDS, SLOT_COUNTS, SLOT_FREED, SLOT_ROW_FREED, SLOT_ROW_TAKEN, SLOT_TAKEN
 from slotscope.capture.tables import NFS_IO, OWNERS, RPC, SLOTS, XPRT
 
 from .layouts import NFS_EVENT, OWNER_EVENT, RPC_EVENT, SLOT_EVENT, XPRT_EVENT, Distinct, per_value
@@ -88,8 +88,27 @@ def _with_server(layout, schema: pa.Schema, ev: np.ndarray, clients: ClientNames
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
-def slots_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:
-    return _with_server(SLOT_EVENT, SLOTS, ev, clients)
+# The RPC record's fields of its slot's rows: what the slots stream keeps of an RPC (watch's
+# flight recorder holds the RPC records twice, for the rpc and slots streams).
+RPC_SLOT_FIELDS = ("ts_reserved", "ts_end", "client_id", "slot_rows", *SLOT_TAKEN, *SLOT_FREED)
+
+
+def slots_table(ev: np.ndarray, rpcs: np.ndarray, clients: ClientNames) -> pa.Table:
+    """The kernel's slot rows (each change of the waits for a slot) and those of each RPC's
+    taking and giving back its slot, from the counts its record carries (bpf/sunrpc.c
+    slots_change), in time order."""
+    taken = rpcs[(rpcs["slot_rows"] & SLOT_ROW_TAKEN) != 0]
+    freed = rpcs[(rpcs["slot_rows"] & SLOT_ROW_FREED) != 0]
+    rows = np.concatenate([ev, _slot_events(taken, "ts_reserved", SLOT_TAKEN), _slot_events(freed, "ts_end", SLOT_FREED)])
+    return _with_server(SLOT_EVENT, SLOTS, rows[np.argsort(rows["ts"], kind="stable")], clients)
+
+
+def _slot_events(rpcs: np.ndarray, ts: str, counts: tuple[str, ...]) -> np.ndarray:
+    out = np.zeros(rpcs.size, SLOT_EVENT.dtype)
+    out["ts"], out["client_id"] = rpcs[ts], rpcs["client_id"]
+    for name, field_ in zip(SLOT_COUNTS, counts):
+        out[name] = rpcs[field_]
+    return out
 
 
 def xprt_table(ev: np.ndarray, clients: ClientNames) -> pa.Table:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.lib.recfunctions import repack_fields
 
 from slotscope.capture.writer import CaptureWriteError
 
@@ -193,6 +194,8 @@ class Watcher(Recorder):
             if "client_id" in r.dtype.names:
                 self.clients.learn(r["client_id"])
         drained = _Drained(self.clients, self.now_ns())
+        records = [repack_fields(r[list(stream.fields[ring])]) if ring in stream.fields else r
+                   for ring, r in zip(stream.rings, records)]
         self.writer.hold(stream.table, packed_records(functools.partial(stream.build, drained), records))
         self.rows += sum(r.size for r in records)
 
@@ -342,6 +345,9 @@ class Watcher(Recorder):
             "keep_s": opts.keep, "keep_bytes": opts.keep_size,
             "evicted_bytes": self.writer.evicted_bytes, "cut_short": cut_short,
         }
+        if cut_short is None:   # a stop's last rows (Recorder._last_rows) came to it with the rest
+            for table, rows in self._outstanding_rows():
+                incident.add(table, rows)
         incident.finish(meta)
 
     def _incident_done(self, incident: Incident) -> None:

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .job import Job
+from slotscope.capture.events import SLOT_COUNTS
 
-SLOT_COLUMNS = ("in_use", "backlog", "session_wait", "sending", "pending")
+from .job import Job
 
 
 def server_addr(server: str | None) -> str | None:
@@ -78,7 +78,7 @@ def occupancy(slots: pa.Table, offset_ns: int) -> Occupancy:
         idx = np.flatnonzero(client == c)
         before[idx[1:]] = idx[:-1]
     cols = {}
-    for name in SLOT_COLUMNS:
+    for name in SLOT_COUNTS:
         v = slots[name].to_numpy().astype(np.int64)[order]
         cols[name] = np.cumsum(v - np.where(before >= 0, v[before], 0))
     return Occupancy(ts[order] + offset_ns, cols)

@@ -1,6 +1,7 @@
 /*
  * slotscope: NFS client WRITE / COMMIT / READ, from nfs tracepoints only
- * (header-independent). The issuing thread is current at initiate_*; the
+ * (header-independent). The issuing thread is current at initiate_*: the I/O goes
+ * to its RPC's record (a row of its own only without the sunrpc group); the
  * completion runs in rpciod/nfsiod, so *_done rows say only what completed.
  */
 
@@ -34,55 +35,52 @@ static __always_inline void nfs_submit(struct nfs_event *e)
 
 /* The I/O this thread is about to start an RPC for (see common.h). A WRITE's entry is
  * there already where the nfs_owner group's kprobe left its owner: filled in place. */
-static __always_inline void nfs_pending(struct nfs_event *e, int with_owner)
+static __always_inline void nfs_pending(u32 dev, u64 fileid, s64 offset, u32 count, u32 stable, int with_owner)
 {
-    u32 tid = e->tid;
+    u32 tid = bpf_get_current_pid_tgid();
 #ifdef NFS_OWNER_GROUP
     struct pending_io *p = 0;
     if (with_owner)
         p = pending_find(tid);
     if (p) {
-        p->fileid = e->fileid;
-        p->offset = e->offset;
-        p->count = e->count;
-        p->stable = e->stable;
-        p->dev = e->dev;
+        p->fileid = fileid;
+        p->offset = offset;
+        p->count = count;
+        p->stable = stable;
+        p->dev = dev;
         return;
     }
 #endif
-    struct pending_io io = {.fileid = e->fileid, .offset = e->offset, .count = e->count,
-                            .stable = e->stable, .dev = e->dev};
+    struct pending_io io = {.fileid = fileid, .offset = offset, .count = count, .stable = stable, .dev = dev};
     pending_put(tid, &io);
 }
 
-#define NFS_START(event, KIND)                                  \
-    TRACEPOINT_PROBE(nfs, event)                                \
-    {                                                           \
-        struct nfs_event *e = nfs_reserve(KIND, args->dev, args->fileid, args->offset); \
-        if (!e)                                                 \
-            return 0;                                           \
-        e->count = args->count;                                 \
-        nfs_pending(e, 0);                                      \
-        nfs_submit(e);                                          \
-        return 0;                                               \
-    }
-
-NFS_START(nfs_initiate_commit, NFS_COMMIT_START)
-#ifdef HAVE_nfs_initiate_read
-NFS_START(nfs_initiate_read, NFS_READ_START)
-#endif
-
-TRACEPOINT_PROBE(nfs, nfs_initiate_write)
+/* An I/O's start: left for its RPC's record (bpf/sunrpc.c rpc_begin takes it), and a row of its
+ * own only where no RPC record is made (the sunrpc group not loaded): one ring event fewer a
+ * WRITE, for a row the RPC's has whole (file, offset, count, stability, thread, time). */
+static __always_inline int nfs_start(u32 kind, u32 dev, u64 fileid, s64 offset, u32 count, u32 stable,
+                                     int with_owner)
 {
-    struct nfs_event *e = nfs_reserve(NFS_WRITE_START, args->dev, args->fileid, args->offset);
+    nfs_pending(dev, fileid, offset, count, stable, with_owner);
+#ifndef SUNRPC_GROUP
+    struct nfs_event *e = nfs_reserve(kind, dev, fileid, offset);
     if (!e)
         return 0;
-    e->count = args->count;
-    e->stable = args->stable;
-    nfs_pending(e, 1);
+    e->count = count;
+    e->stable = stable;
     nfs_submit(e);
+#endif
     return 0;
 }
+
+TRACEPOINT_PROBE(nfs, nfs_initiate_commit)
+{ return nfs_start(NFS_COMMIT_START, args->dev, args->fileid, args->offset, args->count, 0, 0); }
+#ifdef HAVE_nfs_initiate_read
+TRACEPOINT_PROBE(nfs, nfs_initiate_read)
+{ return nfs_start(NFS_READ_START, args->dev, args->fileid, args->offset, args->count, 0, 0); }
+#endif
+TRACEPOINT_PROBE(nfs, nfs_initiate_write)
+{ return nfs_start(NFS_WRITE_START, args->dev, args->fileid, args->offset, args->count, args->stable, 1); }
 
 TRACEPOINT_PROBE(nfs, nfs_writeback_done)
 {

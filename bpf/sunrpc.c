@@ -9,16 +9,15 @@
  * attempt, as /proc/self/mountstats counts. (rpc_task_complete is no use: by
  * then the task has dropped its client, so its client_id reads -1.) A task
  * that restarts after that (rpc_call_done can retry it) gets a fresh record
- * from its next state-machine step.
+ * where it is next looked up: its call_reserve step, or a sleep before it (an
+ * NFSv4.1 session slot's, in its prepare step).
  *
  * Where a span starts, rpc_task_run_action tells: its `action` is a function
  * pointer, compared with the addresses of call_reserve and call_transmit that
  * the agent reads from /proc/kallsyms (CALL_RESERVE_ADDR, CALL_TRANSMIT_ADDR).
- * Where they are missing (inlined), the sleep sums still give the waits.
- * Of the ~14 steps of an RPC only those two and the first steps of an attempt
- * (rpc_prepare_task, call_start: where a restarted task gets its fresh record)
- * look the task up; the others return on the address compare (RUN_ACTION_FILTER:
- * all four addresses known, else every step looks its task up).
+ * Where they are missing (inlined), the sleep sums still give the waits, and
+ * every step looks its task up. Of the ~14 steps of an RPC only those two look
+ * it up; the others return on the address compare.
  */
 
 #define SLEEP_NONE 0
@@ -35,7 +34,8 @@ struct rpc_task_state {
     u8 has_slot;
 };
 
-/* Occupancy per client, as counters updated from every CPU. */
+/* Occupancy per client, as counters updated from every CPU. In the order of an rpc_event's
+ * taken_* and freed_* fields (capture/events.py), which hold copies. */
 struct client_slots {
     s32 in_use;
     s32 backlog;
@@ -43,6 +43,7 @@ struct client_slots {
     s32 sending;
     s32 pending;
 };
+_Static_assert(sizeof(struct client_slots) == 5 * sizeof(s32), "client_slots is an rpc_event's taken_* fields");
 
 
 /* The tasks followed, direct-mapped (common.h) by their key: a task is looked up ~12 times.
@@ -179,44 +180,45 @@ static __always_inline void agg_rpc(const struct rpc_event *ev, u64 rtt_us, u64 
 }
 #endif /* AGGREGATE */
 
-/* Change one occupancy counter of a client and emit the client's new state (not for every counter). */
-static __always_inline void slots_change(u32 client_id, u8 what, s32 delta)
+/* Change one occupancy counter of a client at `ts`: -> its counts after the change, or 0.
+ * A change of the waits for a slot makes a row of the client's counts (no peak of the table is
+ * missed); a change of the slots in use does not: the RPC that took or gave back the slot
+ * carries the counts of that moment in its own record (rpc_event's taken_*, freed_*), of which
+ * user space makes the row (agent/rpc_rows.py), and a ring event each, two an RPC, was ~15% of
+ * the BPF time of a WRITE. The sending and pending queues ride along as they stand then: a
+ * row each for them was half of an RPC's slot rows, which no finding reads. */
+static __always_inline struct client_slots *slots_change(u32 client_id, u8 what, s32 delta, s64 ts)
 {
     struct client_slots *c = client_slots.lookup(&client_id);
     if (!c)
-        return;
+        return 0;
     switch (what) {
     case SLEEP_NONE: __sync_fetch_and_add(&c->in_use, delta); break;
     case SLEEP_BACKLOG: __sync_fetch_and_add(&c->backlog, delta); break;
     case SLEEP_SESSION: __sync_fetch_and_add(&c->session_wait, delta); break;
     case SLEEP_SENDING: __sync_fetch_and_add(&c->sending, delta); break;
     case SLEEP_PENDING: __sync_fetch_and_add(&c->pending, delta); break;
-    default: return;
+    default: return 0;
     }
-    /* A row on each change of the slots held and of the waits for one (no peak of the table is
-     * missed); the sending and pending queues ride along as they stand then: a row each for them
-     * was half of an RPC's slot rows, which no finding reads. */
-    if (what == SLEEP_SENDING || what == SLEEP_PENDING)
-        return;
+#ifdef AGGREGATE
+    agg_slots(client_id, c, what, delta, ts);
+#endif
+    if (what != SLEEP_BACKLOG && what != SLEEP_SESSION)
+        return c;
     struct slot_event *e = slot_ring.ringbuf_reserve(sizeof(struct slot_event));
     if (!e) {
         count_loss(LOSS_RPC_SLOT_RING_FULL);
-#ifdef AGGREGATE
-        agg_slots(client_id, c, what, delta, bpf_ktime_get_ns());
-#endif
-        return;
+        return c;
     }
-    e->ts = bpf_ktime_get_ns();
+    e->ts = ts;
     e->client_id = client_id;
     e->in_use = c->in_use;
     e->backlog = c->backlog;
     e->session_wait = c->session_wait;
     e->sending = c->sending;
     e->pending = c->pending;
-#ifdef AGGREGATE
-    agg_slots(client_id, c, what, delta, e->ts);
-#endif
     slot_ring.ringbuf_submit(e, wake_flags(SLOT_RING_ID, SLOT_RING_WAKE, 0));
+    return c;
 }
 
 static __always_inline u64 rpc_key(u32 client_id, u32 task_id)
@@ -317,8 +319,31 @@ TRACEPOINT_PROBE(sunrpc, rpc_request)
     return 0;
 }
 
-#if defined(CALL_RESERVE_ADDR) && defined(CALL_TRANSMIT_ADDR) && defined(CALL_START_ADDR) && \
-    defined(RPC_PREPARE_TASK_ADDR)
+/* The task whose call_reserve step this CPU runs: xprt_reserve, which that step calls at once,
+ * takes its client id from here, not from a read of its rpc_clnt (bpf/xprt.c task_client). */
+#ifdef XPRT_GROUP
+struct reserving {
+    u32 task_id;
+    u32 client_id;
+    u8 live;
+};
+BPF_PERCPU_ARRAY(reserving, struct reserving, 1);
+#endif
+
+static __always_inline void reserving_now(u32 client_id, u32 task_id)
+{
+#ifdef XPRT_GROUP
+    int zero = 0;
+    struct reserving *r = reserving.lookup(&zero);
+    if (r) {
+        r->task_id = task_id;
+        r->client_id = client_id;
+        r->live = 1;
+    }
+#endif
+}
+
+#if defined(CALL_RESERVE_ADDR) && defined(CALL_TRANSMIT_ADDR)
 #define RUN_ACTION_FILTER
 #endif
 
@@ -328,8 +353,7 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_run_action)
     u64 action = (u64)args->action;
 #endif
 #ifdef RUN_ACTION_FILTER
-    if (action != CALL_RESERVE_ADDR && action != CALL_TRANSMIT_ADDR && action != CALL_START_ADDR &&
-        action != RPC_PREPARE_TASK_ADDR)
+    if (action != CALL_RESERVE_ADDR && action != CALL_TRANSMIT_ADDR)
         return 0;
 #endif
     struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
@@ -338,8 +362,11 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_run_action)
     if (!st)
         return 0;
 #ifdef CALL_RESERVE_ADDR
-    if (action == CALL_RESERVE_ADDR && !st->ev.ts_reserve_start)
-        st->ev.ts_reserve_start = bpf_ktime_get_ns();
+    if (action == CALL_RESERVE_ADDR) {
+        if (!st->ev.ts_reserve_start)
+            st->ev.ts_reserve_start = bpf_ktime_get_ns();
+        reserving_now(args->client_id, args->task_id);
+    }
 #endif
 #ifdef CALL_TRANSMIT_ADDR
     if (action == CALL_TRANSMIT_ADDR && !st->ev.ts_transmit_start)
@@ -366,6 +393,8 @@ static __always_inline u8 sleep_class(const char *q)
 TRACEPOINT_PROBE(sunrpc, rpc_task_sleep)
 {
     struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
+    if (!st)  /* restarted after its accounting record, asleep before its call_reserve step */
+        st = rpc_begin(args->client_id, args->task_id, args->flags);
     if (!st)
         return 0;
     char q[8] = {};
@@ -373,7 +402,7 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_sleep)
     st->sleep_class = sleep_class(q);
     st->sleep_start = bpf_ktime_get_ns();
     if (st->sleep_class >= SLEEP_BACKLOG && st->sleep_class <= SLEEP_PENDING)
-        slots_change(args->client_id, st->sleep_class, 1);
+        slots_change(args->client_id, st->sleep_class, 1, st->sleep_start);
     return 0;
 }
 
@@ -382,7 +411,8 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_wakeup)
     struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
     if (!st || !st->sleep_start)
         return 0;
-    u64 slept = bpf_ktime_get_ns() - st->sleep_start;
+    s64 now = bpf_ktime_get_ns();
+    u64 slept = now - st->sleep_start;
     switch (st->sleep_class) {
     case SLEEP_BACKLOG: st->ev.backlog_sleep_ns += slept; break;
     case SLEEP_SESSION: st->ev.session_sleep_ns += slept; break;
@@ -391,7 +421,7 @@ TRACEPOINT_PROBE(sunrpc, rpc_task_wakeup)
     case SLEEP_DELAY: st->ev.delay_sleep_ns += slept; break;
     }
     if (st->sleep_class >= SLEEP_BACKLOG && st->sleep_class <= SLEEP_PENDING)
-        slots_change(args->client_id, st->sleep_class, -1);
+        slots_change(args->client_id, st->sleep_class, -1, now);
     st->sleep_start = 0;
     return 0;
 }
@@ -405,7 +435,11 @@ TRACEPOINT_PROBE(sunrpc, xprt_reserve)
     st->ev.xid = args->xid;
     if (!st->has_slot) {
         st->has_slot = 1;
-        slots_change(args->client_id, SLEEP_NONE, 1);
+        struct client_slots *c = slots_change(args->client_id, SLEEP_NONE, 1, st->ev.ts_reserved);
+        if (c) {
+            __builtin_memcpy(&st->ev.taken_in_use, c, sizeof(*c));
+            st->ev.slot_rows |= SLOT_ROW_TAKEN;
+        }
     }
     return 0;
 }
@@ -461,6 +495,15 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
     struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
     if (!st)
         return 0;
+    if (!st->ev.ts_end)
+        st->ev.ts_end = bpf_ktime_get_ns();
+    if (st->has_slot) {  /* the attempt is over: its slot is released */
+        struct client_slots *c = slots_change(args->client_id, SLEEP_NONE, -1, st->ev.ts_end);
+        if (c) {
+            __builtin_memcpy(&st->ev.freed_in_use, c, sizeof(*c));
+            st->ev.slot_rows |= SLOT_ROW_FREED;
+        }
+    }
     struct rpc_event *e = rpc_ring.ringbuf_reserve(sizeof(struct rpc_event));
     if (e) {
         __builtin_memcpy(e, &st->ev, sizeof(*e));
@@ -469,8 +512,6 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
         e->execute_us = args->execute;
         e->attempts = 1;
         e->xid = args->xid;
-        if (!e->ts_end)
-            e->ts_end = bpf_ktime_get_ns();
         e->complete = 1;
         rpc_ring.ringbuf_submit(e, wake_flags(RPC_RING_ID, RPC_RING_WAKE, 0));
     } else {
@@ -479,8 +520,6 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
 #ifdef AGGREGATE
     agg_rpc(&st->ev, args->rtt, args->execute);
 #endif
-    if (st->has_slot)  /* the attempt is over: its slot is released */
-        slots_change(args->client_id, SLEEP_NONE, -1);
     rpc_end(args->client_id, args->task_id);
     return 0;
 }

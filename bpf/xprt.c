@@ -1,8 +1,9 @@
 /*
  * slotscope: each transport's own slot counters (kprobes on xprt_reserve and
  * xprt_free_slot; struct rpc_xprt read at this kernel's offsets, bpf/members.h):
- * num_reqs, max_reqs, min_reqs and the backlog, sending and pending queue
- * lengths, per transport id, sampled as each slot is given back, before the change
+ * num_reqs, max_reqs, min_reqs and the backlog's length (the sending and pending
+ * queues' are in the slots rows, per client: a read of each, ~100 instructions a WRITE,
+ * gave no finding more), per transport id, sampled as each slot is given back, before the change
  * (xprt_free_slot; an RDMA transport's xprt_rdma_free_slot, where rpcrdma is loaded at the start).
  * num_reqs falls only there, so these samples see each of its peaks; the backlog, which
  * a give-back drains, is seen at its height before each. (A sample as each task asked
@@ -37,10 +38,11 @@ static __always_inline u32 client_ident(void *clnt)
 }
 
 /* Each transport's id and the client of its latest request, at an index of its address, left by
- * the request (which reads them): the give-back that follows reads neither (four helper reads of
- * ~100 instructions: the task, its client, the client's id, the transport's). `check` ties the
- * entry together: one written by two CPUs at once (two transports at one index, or one
- * transport's two clients) does not pass, and the give-back reads them as before. */
+ * the request: the give-back that follows reads neither (four helper reads of ~100
+ * instructions: the task, its client, the client's id, the transport's), nor, where xprt_free is
+ * probed, do the transport's next requests read its id. `check` ties the entry together: one
+ * written by two CPUs at once (two transports at one index, or one transport's two clients)
+ * does not pass, and the id is read as before. */
 struct xprt_seen {
     u64 xprt;
     u64 check;
@@ -80,9 +82,36 @@ static __always_inline void xprt_sample(void *xprt, u32 xprt_id, u32 client_id)
     e->xprt_id = xprt_id;
     KREAD3(e->num_reqs, RPC_XPRT_NUM_REQS, e->max_reqs, RPC_XPRT_MAX_REQS, e->min_reqs, RPC_XPRT_MIN_REQS, xprt);
     KREAD(e->backlog, xprt, RPC_XPRT_BACKLOG_QLEN);
-    KREAD(e->sending, xprt, RPC_XPRT_SENDING_QLEN);
-    KREAD(e->pending, xprt, RPC_XPRT_PENDING_QLEN);
     xprt_ring.ringbuf_submit(e, wake_flags(XPRT_RING_ID, XPRT_RING_WAKE, 0));
+}
+
+/* The task's client id: left by its call_reserve step, which runs just before xprt_reserve on
+ * this CPU (bpf/sunrpc.c), where that was this task's; else read from its client. */
+static __always_inline u32 task_client(u16 task_id, void *clnt)
+{
+#ifdef CALL_RESERVE_ADDR   /* else sunrpc.c cannot tell that step */
+    int zero = 0;
+    struct reserving *r = reserving.lookup(&zero);
+    if (r && r->live && (u16)r->task_id == task_id) {
+        r->live = 0;
+        return r->client_id;
+    }
+#endif
+    return client_ident(clnt);
+}
+
+/* The transport's id: its entry's, where xprt_free clears the entry of a transport freed (whose
+ * address a new one may take); else read from it. */
+static __always_inline u32 task_xprt(void *xprt, struct xprt_seen *s)
+{
+#ifdef XPRT_FREE_PROBED
+    if (s) {
+        struct xprt_seen k = *s;
+        if (seen_holds(k, xprt))
+            return k.id;
+    }
+#endif
+    return xprt_ident(xprt);
 }
 
 /* The task's transport, in its record. */
@@ -93,11 +122,11 @@ int kprobe__xprt_reserve(struct pt_regs *ctx, void *task)
     KREAD3(xprt, RPC_TASK_TK_XPRT, clnt, RPC_TASK_TK_CLIENT, task_id, RPC_TASK_TK_PID, task);
     if (!xprt)
         return 0;
-    u32 client_id = client_ident(clnt), xprt_id = xprt_ident(xprt);
+    struct xprt_seen *s = seen_slot(xprt);
+    u32 client_id = task_client(task_id, clnt), xprt_id = task_xprt(xprt, s);
     struct rpc_task_state *st = rpc_state(client_id, task_id);
     if (st)
         st->ev.xprt_id = xprt_id;
-    struct xprt_seen *s = seen_slot(xprt);
     if (s && !(seen_holds(*s, xprt) && s->id == xprt_id && s->client_id == client_id)) {
         s->xprt = (u64)xprt;
         s->id = xprt_id;
@@ -135,5 +164,16 @@ int kprobe__xprt_free_slot(struct pt_regs *ctx, void *xprt, void *req)
 int kprobe__xprt_rdma_free_slot(struct pt_regs *ctx, void *xprt, void *req)
 {
     return give_back(xprt, req);
+}
+#endif
+
+#ifdef XPRT_FREE_PROBED
+/* A transport freed: its entry no longer names it (task_xprt). */
+int kprobe__xprt_free(struct pt_regs *ctx, void *xprt)
+{
+    struct xprt_seen *s = seen_slot(xprt);
+    if (s && s->xprt == (u64)xprt)
+        s->check = 0;
+    return 0;
 }
 #endif

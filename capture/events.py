@@ -45,6 +45,12 @@ SYS_FIELDS = (
     ("partial", "u8"),     # 1 when writev's iovecs were only partly summed
 )
 
+# A client's slot counts, as the kernel keeps them (bpf/sunrpc.c struct client_slots, in this
+# order): the `slots` table's, and an RPC's copies of them.
+SLOT_COUNTS = ("in_use", "backlog", "session_wait", "sending", "pending")
+SLOT_TAKEN = tuple(f"taken_{name}" for name in SLOT_COUNTS)
+SLOT_FREED = tuple(f"freed_{name}" for name in SLOT_COUNTS)
+
 # One row per RPC attempt (what /proc/self/mountstats counts as one op), emitted
 # with the kernel's accounting record (sunrpc tracepoints). Times are
 # bpf_ktime_get_ns(); 0 means the event was not seen. backlog/rtt/execute are the
@@ -87,14 +93,21 @@ RPC_FIELDS = (
     ("timeouts", "u16"),
     ("task_flags", "u16"),
     ("complete", "u8"),            # 0: still outstanding when recording stopped
-    ("_pad", "u8"),
+    ("slot_rows", "u8"),           # SLOT_ROW_* bits: which of the two counts below were taken
     ("procname", "char[24]"),
     ("progname", "char[16]"),
+    # The client's slot counts (SLOT_COUNTS) just after this RPC took its transport slot, and
+    # just after it gave it back (at ts_reserved, at ts_end): the `slots` rows of those changes,
+    # made in user space (agent/rpc_rows.py), not in the RPC table.
+    *((name, "s32") for name in SLOT_TAKEN + SLOT_FREED),
 )
+SLOT_ROW_TAKEN, SLOT_ROW_FREED = 1, 2
 
-# Slot-table occupancy per RPC client, emitted on every change of in_use, backlog or
+# Slot-table occupancy per RPC client, a row on every change of in_use, backlog or
 # session_wait (so no peak of a slot table is missed): tasks holding a transport slot, and
-# tasks asleep on each queue (sending and pending as they stand at those changes).
+# tasks asleep on each queue (sending and pending as they stand at those changes). The
+# kernel emits the rows of the waits' changes; those of in_use come with the RPC's record
+# (RPC_FIELDS' taken_*, freed_*).
 SLOT_FIELDS = (
     ("ts", "s64"),
     ("in_use", "s32"),        # reserved a slot (xprt_reserve) and not yet finished
@@ -107,6 +120,8 @@ SLOT_FIELDS = (
 
 # A transport's own slot counters (xprt group: a kprobe on xprt_free_slot), sampled as each
 # slot is given back, before the change: every peak of num_reqs and backlog is seen (bpf/xprt.c).
+# (Captures before 2026-12-07 have its sending and pending queues' lengths too; the `slots` rows
+# have them per client, each read here cost ~100 instructions a WRITE.)
 XPRT_FIELDS = (
     ("ts", "s64"),
     ("xprt_id", "u32"),            # struct rpc_xprt id: one per connection (nconnect makes several)
@@ -115,8 +130,6 @@ XPRT_FIELDS = (
     ("max_reqs", "u32"),           # the table's limit
     ("min_reqs", "u32"),           # preallocated slots
     ("backlog", "u32"),            # tasks waiting for a slot
-    ("sending", "u32"),            # tasks waiting to send
-    ("pending", "u32"),            # tasks waiting for a reply
     ("alloc", "u8"),               # 0: sampled as a slot is given back (1: as a task asked, in older captures)
     ("_pad", "char[7]"),
 )

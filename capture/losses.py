@@ -28,7 +28,7 @@ BPF_COUNTERS = {
     "inflight_full": LossCounter("syscalls", "syscalls not followed (in-flight table full)", ("ranks", "files"),
                                  lasting="fd"),
     "path_read_failed": LossCounter("syscalls", "file paths the kernel could not read", ("files",), lasting="fd"),
-    "rpc_ring_full": LossCounter("sunrpc", "RPC rows", ("rpcs",)),
+    "rpc_ring_full": LossCounter("sunrpc", "RPC rows (with the slot-table samples of their slots)", ("rpcs", "slots")),
     "rpc_tasks_full": LossCounter("sunrpc", "RPCs not followed (task table full)", ("rpcs",)),
     "nfs_ring_full": LossCounter("nfs", "NFS WRITE/COMMIT rows", ("files", "ranks")),
     "rpc_slot_ring_full": LossCounter("sunrpc", "slot-table samples", ("slots",)),

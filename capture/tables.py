@@ -60,7 +60,7 @@ AGENT = pa.schema([
 ])
 
 # Raw RPC fields (as declared), then the spans derived from them, all in ns.
-RPC = pa.schema(events.columns(RPC_FIELDS) + [
+RPC = pa.schema(events.columns(RPC_FIELDS, skip=("slot_rows", *events.SLOT_TAKEN, *events.SLOT_FREED)) + [
     ("slot_wait_ns", pa.int64()),      # call_reserve -> xprt_reserve (or the backlog sleeps)
     ("transmit_wait_ns", pa.int64()),  # call_transmit -> first transmit (or the xprt_sending sleeps)
     ("backlog_ns", pa.int64()), ("rtt_ns", pa.int64()), ("execute_ns", pa.int64()),

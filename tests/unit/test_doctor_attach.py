@@ -56,17 +56,19 @@ def test_the_nfs_calls_timed_inside_a_syscall_are_expected_only_with_the_syscall
     assert with_syscalls["nfs:nfs_fsync_exit"] == "the time a syscall spent in NFS's fsync"
 
 
-def test_rdma_give_backs_are_expected_and_compiled_only_where_rpcrdma_has_its_function(monkeypatch):
+def test_the_xprt_groups_optional_functions_are_expected_and_compiled_only_where_they_can_be_probed(monkeypatch):
     """The xprt group samples at xprt_free_slot; RDMA transports give their slots back through
-    rpcrdma's xprt_rdma_free_slot, probed (and planned) only where this kernel can kprobe it."""
+    rpcrdma's xprt_rdma_free_slot, and xprt_free clears a freed transport's kept id: each is
+    probed (and planned, and compiled) only where this kernel can kprobe it."""
     from slotscope.agent.probes import Filters, XprtProbes
-    for probeable in (set(), {"xprt_rdma_free_slot"}):
+    flags = {"xprt_rdma_free_slot": "-DXPRT_RDMA_FREE_SLOT", "xprt_free": "-DXPRT_FREE_PROBED"}
+    for probeable in (set(), {"xprt_rdma_free_slot"}, {"xprt_free"}, set(flags)):
         monkeypatch.setattr(kernel, "missing_kprobe_functions", lambda names: [n for n in names if n not in probeable])
         group = XprtProbes()
-        plan = set(group.attach_points({"sunrpc", "xprt"}))
+        plan, cflags = set(group.attach_points({"sunrpc", "xprt"})), group.cflags(Filters())
         assert {"kprobe:xprt_reserve", "kprobe:xprt_free_slot"} <= plan
-        assert ("kprobe:xprt_rdma_free_slot" in plan) == bool(probeable)
-        assert ("-DXPRT_RDMA_FREE_SLOT" in group.cflags(Filters())) == bool(probeable)
+        for name, flag in flags.items():
+            assert (f"kprobe:{name}" in plan) == (name in probeable) == (flag in cflags), (name, probeable)
 
 
 def test_kprobe_functions_are_found_by_whole_name_built_in_or_in_a_module(tmp_path, monkeypatch):

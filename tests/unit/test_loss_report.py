@@ -66,7 +66,7 @@ def test_losses_before_the_save_in_json_text_and_html(torch_import, tmp_path):
         assert f"<td>{cell}</td>" in row or f'<td class="n">{cell}</td>' in row, cell
 
 
-def test_losses_during_the_save_may_affect_its_ranks_files_and_rpcs(tmp_path):
+def test_losses_during_the_save_may_affect_its_ranks_files_rpcs_and_slots(tmp_path):
     man = synth.save(tmp_path / "storm", ranks=4, slots=4, rtt_ms=20.0, write_bytes=4096, file_bytes=64 * 4096,
                      lost_events=7070)
     result = analyze(Job.open([man["path"]]), "0")
@@ -76,7 +76,7 @@ def test_losses_during_the_save_may_affect_its_ranks_files_and_rpcs(tmp_path):
     assert (sys_rows["lost"], sys_rows["probe"], sys_rows["during"]) == (3535, "syscalls", ["save 1"])
     assert sys_rows["could_affect"] == ["ranks", "files"]
     assert sys_rows["effect"] == "during save 1, whose per-rank figures and file list may be incomplete"
-    assert (rpcs["probe"], rpcs["could_affect"]) == ("sunrpc", ["rpcs"])
+    assert (rpcs["probe"], rpcs["could_affect"]) == ("sunrpc", ["rpcs", "slots"])   # an RPC's record carries its slot's rows
     assert sum(x["lost"] for x in result["losses"]) == result["captures"][0]["lost_events"] == 7070
 
 
