@@ -478,13 +478,24 @@ TRACEPOINT_PROBE(sunrpc, rpc_timeout_status)
 }
 #endif
 
+/* The attempt is over: its slot is given back here, where its end is timed. Given back at
+ * rpc_stats_latency with this time, the counts could include a wait for a slot that ended in
+ * between, and the row would end the table's full time early (against the kernel's aggregate). */
 TRACEPOINT_PROBE(sunrpc, rpc_task_end)
 {
     struct rpc_task_state *st = rpc_state(args->client_id, args->task_id);
-    if (st) {
-        st->ev.status = args->status;
-        st->ev.ts_end = bpf_ktime_get_ns();
-        st->ev.complete = 1;
+    if (!st)
+        return 0;
+    st->ev.status = args->status;
+    st->ev.ts_end = bpf_ktime_get_ns();
+    st->ev.complete = 1;
+    if (st->has_slot) {
+        st->has_slot = 0;
+        struct client_slots *c = slots_change(args->client_id, SLEEP_NONE, -1, st->ev.ts_end);
+        if (c) {
+            __builtin_memcpy(&st->ev.freed_in_use, c, sizeof(*c));
+            st->ev.slot_rows |= SLOT_ROW_FREED;
+        }
     }
     return 0;
 }
@@ -497,13 +508,6 @@ TRACEPOINT_PROBE(sunrpc, rpc_stats_latency)
         return 0;
     if (!st->ev.ts_end)
         st->ev.ts_end = bpf_ktime_get_ns();
-    if (st->has_slot) {  /* the attempt is over: its slot is released */
-        struct client_slots *c = slots_change(args->client_id, SLEEP_NONE, -1, st->ev.ts_end);
-        if (c) {
-            __builtin_memcpy(&st->ev.freed_in_use, c, sizeof(*c));
-            st->ev.slot_rows |= SLOT_ROW_FREED;
-        }
-    }
     struct rpc_event *e = rpc_ring.ringbuf_reserve(sizeof(struct rpc_event));
     if (e) {
         __builtin_memcpy(e, &st->ev, sizeof(*e));
