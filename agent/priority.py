@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import select
 import threading
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 DRAIN_NICE = -10
 FILL_HORIZON_S = 2.0    # raised while a ring, at the rate it filled since the last drain, would be full within this
@@ -121,6 +122,26 @@ class DrainPriority:
             self.raised = False
         elif not self.raised and self.allowed:
             _renice_thread(self.base)
+
+
+@contextmanager
+def unpreempted() -> Iterator[None]:
+    """The calling thread at SCHED_FIFO for the block: the agent's reads and writes of the BPF maps.
+    A map syscall raises bpf_prog_active on its CPU with only migration disabled, and a kernel
+    that preempts in kernel code (PREEMPT_LAZY or FULL: Debian's 7.x, not its 5.10 to 6.12) can
+    switch the agent out there: until it runs again every probe on that CPU is skipped, and
+    nothing counts it. On the VM's one CPU with 7.3 that lost an RPC's end, the next WRITE whole
+    and a write's fsync (the per-second batch read of the in-flight calls takes milliseconds under
+    emulation). Without CAP_SYS_NICE the thread stays as it is."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))    # its niceness is kept
 
 
 def as_own() -> None:

@@ -28,7 +28,7 @@ from .identity import RANK_VARS
 from .layouts import (ENV_EVENT, INFLIGHT, LOSS_COUNTERS, NFS_EVENT, OWNER_EVENT, PATH_EVENT, PATH_MAX_CAPTURED,
                       PROC_EVENT, RINGS, RPC_EVENT, SLOT_EVENT, SYS_EVENT, XPRT_EVENT, Layout, c_header)
 from .memory import release_compiler
-from .priority import DrainPriority, filling
+from .priority import DrainPriority, filling, unpreempted
 from .ringbuf import RingReader, record_size
 from .rpc_rows import RPC_SLOT_FIELDS, nfs_table, owners_table, rpc_table, slots_table, xprt_table
 
@@ -724,10 +724,12 @@ class Loaded:
     def forced_wakeups(self) -> dict[str, int]:
         """How many times the programs woke the agent, per ring (bpf/common.h wake_flags)."""
         woken = self.bpf[b"woken"]
-        return {ring: int(sum(woken[ctypes.c_int(i)])) for i, ring in enumerate(RINGS) if ring in self.rings}
+        with unpreempted():
+            return {ring: int(sum(woken[ctypes.c_int(i)])) for i, ring in enumerate(RINGS) if ring in self.rings}
 
     def loss_totals(self) -> dict[str, int]:
-        return {name: int(sum(self._loss[ctypes.c_int(i)])) for i, name in enumerate(LOSS_COUNTERS)}
+        with unpreempted():
+            return {name: int(sum(self._loss[ctypes.c_int(i)])) for i, name in enumerate(LOSS_COUNTERS)}
 
     def ignore_fd(self, tgid: int, fd: int, gen: int | None) -> None:
         """Stop events for (tgid, fd) while it holds generation `gen`. gen=None is an fd
@@ -779,8 +781,9 @@ class Loaded:
             return np.empty(0, RPC_EVENT.dtype)
         # bpf/sunrpc.c: a task's record is in the task_slots array (where `live`) or the rpc_tasks hash
         size = RPC_EVENT.dtype.itemsize
-        slots = self._live_slots(b"task_slots", ("hold",))[:, :size].tobytes()
-        hashed = b"".join(bytes(v)[:size] for v in self.bpf[b"rpc_tasks"].values())
+        with unpreempted():
+            slots = self._live_slots(b"task_slots", ("hold",))[:, :size].tobytes()
+            hashed = b"".join(bytes(v)[:size] for v in self.bpf[b"rpc_tasks"].values())
         return np.frombuffer(slots + hashed, RPC_EVENT.dtype)
 
     def in_flight(self) -> tuple[np.ndarray, np.ndarray]:
@@ -789,9 +792,10 @@ class Loaded:
             return np.empty(0, np.uint32), np.empty(0, INFLIGHT.dtype)
         # bpf/syscalls.c: a call is in the inflight_slots array (where `live`) or the inflight hash
         size = INFLIGHT.dtype.itemsize
-        slots = self._live_slots(b"inflight_slots", ("head", "hold"))
+        with unpreempted():
+            slots = self._live_slots(b"inflight_slots", ("head", "hold"))
+            hashed = list(self.bpf[b"inflight"].items())
         tid_at = self.bpf[b"inflight_slots"].Leaf.head.offset     # struct thread_hold starts with its tid
-        hashed = list(self.bpf[b"inflight"].items())
         tids = np.concatenate([slots[:, tid_at:tid_at + 4].copy().view(np.uint32).ravel(),
                                np.array([k.value for k, _ in hashed], np.uint32)])
         records = slots[:, :size].tobytes() + b"".join(bytes(v)[:size] for _, v in hashed)
