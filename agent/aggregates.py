@@ -32,7 +32,6 @@ from slotscope.capture.syscalls import OP_NAME, OP_NUMBER, WRITE_SYSCALLS
 from .decode import FD_OPS
 from .layouts import RPC_EVENT
 from .metrics import BOUNDS_NS
-from .priority import unpreempted
 
 AGG_SERVERS = 256           # servers one watch tells apart (bpf agg_servers)
 PENDING_GIVE_UP_NS = 30_000_000_000     # an fd still undecided this long is never named: its calls go
@@ -251,12 +250,7 @@ def read_maps(bpf, groups: list[str], processes: bool, servers: int) -> Raw:
     """One read of every aggregate map of the probe groups loaded: of agg_servers, the first
     `servers` entries (those given out: a walk of all AGG_SERVERS took 512 syscalls a sweep);
     the per-process map only when `processes` are wanted (it holds up to 16,384 of them: the
-    longest to read). Unpreempted: priority.unpreempted says why."""
-    with unpreempted():
-        return _read_maps(bpf, groups, processes, servers)
-
-
-def _read_maps(bpf, groups: list[str], processes: bool, servers: int) -> Raw:
+    longest to read)."""
     raw = Raw()
     if "sunrpc" in groups:
         raw.clients = [k.value for k in bpf[b"agg_unmapped"]]
@@ -285,11 +279,6 @@ def _read_maps(bpf, groups: list[str], processes: bool, servers: int) -> Raw:
 
 
 def write_maps(bpf, writes: Writes) -> None:
-    with unpreempted():
-        _write_maps(bpf, writes)
-
-
-def _write_maps(bpf, writes: Writes) -> None:
     if writes.clients:
         server_of = bpf[b"agg_server_of"]
         for cid, idx in writes.clients.items():

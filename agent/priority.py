@@ -126,13 +126,15 @@ class DrainPriority:
 
 @contextmanager
 def unpreempted() -> Iterator[None]:
-    """The calling thread at SCHED_FIFO for the block: the agent's reads and writes of the BPF maps.
-    A map syscall raises bpf_prog_active on its CPU with only migration disabled, and a kernel
-    that preempts in kernel code (PREEMPT_LAZY or FULL: Debian's 7.x, not its 5.10 to 6.12) can
-    switch the agent out there: until it runs again every probe on that CPU is skipped, and
-    nothing counts it. On the VM's one CPU with 7.3 that lost an RPC's end, the next WRITE whole
-    and a write's fsync (the per-second batch read of the in-flight calls takes milliseconds under
-    emulation). Without CAP_SYS_NICE the thread stays as it is."""
+    """The calling thread at SCHED_FIFO for the block: the agent's long map syscalls (a batch read
+    of a whole array, the per-CPU counters). A map syscall raises bpf_prog_active on its CPU with
+    only migration disabled, and a kernel that preempts in kernel code (PREEMPT_LAZY or FULL:
+    Debian's 7.x, not its 5.10 to 6.12) can switch the agent out there: until it runs again every
+    probe on that CPU is skipped, and nothing counts it. On the VM's one CPU with 7.3 that lost an
+    RPC's end, the next WRITE whole and a write's fsync (the per-second batch read of the in-flight
+    calls takes milliseconds under emulation). Kept to the syscalls themselves: a block of Python
+    at SCHED_FIFO would hold the CPU from the traced processes. Without CAP_SYS_NICE the thread
+    stays as it is."""
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     except OSError:

@@ -765,8 +765,9 @@ class Loaded:
         n = table.max_entries
         keys, values = (table.Key * n)(), (table.Leaf * n)()
         count, out = ctypes.c_uint32(n), ctypes.c_uint32(0)
-        if self._lib.bpf_lookup_batch(table.map_fd, None, ctypes.byref(out), keys, values, ctypes.byref(count)) \
-                and ctypes.get_errno() != errno.ENOENT:    # ENOENT: the whole array was read
+        with unpreempted():     # a call of milliseconds under emulation, all of it in the kernel
+            failed = self._lib.bpf_lookup_batch(table.map_fd, None, ctypes.byref(out), keys, values, ctypes.byref(count))
+        if failed and ctypes.get_errno() != errno.ENOENT:    # ENOENT: the whole array was read
             raise OSError(ctypes.get_errno(), f"BPF_MAP_LOOKUP_BATCH on {name.decode()}")
         rows = np.frombuffer(values, np.uint8).reshape(n, ctypes.sizeof(table.Leaf))[: count.value]
         kind, offset = table.Leaf, 0
@@ -781,9 +782,8 @@ class Loaded:
             return np.empty(0, RPC_EVENT.dtype)
         # bpf/sunrpc.c: a task's record is in the task_slots array (where `live`) or the rpc_tasks hash
         size = RPC_EVENT.dtype.itemsize
-        with unpreempted():
-            slots = self._live_slots(b"task_slots", ("hold",))[:, :size].tobytes()
-            hashed = b"".join(bytes(v)[:size] for v in self.bpf[b"rpc_tasks"].values())
+        slots = self._live_slots(b"task_slots", ("hold",))[:, :size].tobytes()
+        hashed = b"".join(bytes(v)[:size] for v in self.bpf[b"rpc_tasks"].values())
         return np.frombuffer(slots + hashed, RPC_EVENT.dtype)
 
     def in_flight(self) -> tuple[np.ndarray, np.ndarray]:
@@ -792,10 +792,9 @@ class Loaded:
             return np.empty(0, np.uint32), np.empty(0, INFLIGHT.dtype)
         # bpf/syscalls.c: a call is in the inflight_slots array (where `live`) or the inflight hash
         size = INFLIGHT.dtype.itemsize
-        with unpreempted():
-            slots = self._live_slots(b"inflight_slots", ("head", "hold"))
-            hashed = list(self.bpf[b"inflight"].items())
+        slots = self._live_slots(b"inflight_slots", ("head", "hold"))
         tid_at = self.bpf[b"inflight_slots"].Leaf.head.offset     # struct thread_hold starts with its tid
+        hashed = list(self.bpf[b"inflight"].items())
         tids = np.concatenate([slots[:, tid_at:tid_at + 4].copy().view(np.uint32).ravel(),
                                np.array([k.value for k, _ in hashed], np.uint32)])
         records = slots[:, :size].tobytes() + b"".join(bytes(v)[:size] for _, v in hashed)
