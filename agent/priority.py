@@ -134,7 +134,8 @@ def unpreempted() -> Iterator[None]:
     RPC's end, the next WRITE whole and a write's fsync (the per-second batch read of the in-flight
     calls takes milliseconds under emulation). Kept to the syscalls themselves: a block of Python
     at SCHED_FIFO would hold the CPU from the traced processes. Without CAP_SYS_NICE the thread
-    stays as it is."""
+    stays as it is; after, it is back at the policy it had (started under chrt --batch, say)."""
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     except OSError:
@@ -143,7 +144,7 @@ def unpreempted() -> Iterator[None]:
     try:
         yield
     finally:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))    # its niceness is kept
+        os.sched_setscheduler(0, policy, param)    # its niceness is kept
 
 
 def as_own() -> None:
